@@ -1,0 +1,1 @@
+"""Streaming Conformer ASR toolkit: relative-attention encoders, chunk streaming, CTC/attention training."""
