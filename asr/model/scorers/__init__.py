@@ -1,0 +1,18 @@
+"""Attention scorers: the per-layer half of each position scheme (see asr.model.positions)."""
+
+from asr.model.scorers.base import AttentionScorer, PlainScorer
+from asr.model.scorers.rel_bias import RelBiasScorer
+from asr.model.scorers.rel_xl import RelXLScorer, rel_shift, rel_shift_gather
+from asr.model.scorers.rope import RopeScorer
+from asr.model.scorers.shaw import ShawScorer
+
+__all__ = [
+    "AttentionScorer",
+    "PlainScorer",
+    "RelBiasScorer",
+    "RelXLScorer",
+    "RopeScorer",
+    "ShawScorer",
+    "rel_shift",
+    "rel_shift_gather",
+]

@@ -1,0 +1,187 @@
+"""The scorer interface, its mask handling, and the plain (position-free) scorer.
+
+Axis legend: B batch, H heads, C queries, K = M + C keys (M cached frames),
+Dh head dim. Queries are always the LAST C of the K keys, so a cache needs no
+special case: query a sits at local time M + a, key b at local time b.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
+    """Transformer sinusoid at arbitrary (possibly negative) positions.
+
+    Args:
+        positions: (N,) float positions.
+        dim: embedding size; channel 2m holds sin(p w_m), 2m+1 cos(p w_m),
+            w_m = 10000^(-2m/dim).
+    Returns:
+        (N, dim) table in ``positions.dtype``.
+    """
+    half = (dim + 1) // 2
+    inv_freq = torch.exp(
+        torch.arange(half, device=positions.device, dtype=positions.dtype)
+        * (-2.0 * math.log(10000.0) / dim)
+    )
+    angles = positions[:, None] * inv_freq  # (N, half)
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (N, half, 2)
+    return table.flatten(1)[:, :dim]  # (N, dim)
+
+
+def prepare_mask(
+    mask: Optional[Tensor], batch: int, queries: int, keys: int
+) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """Validate a bool attention mask and make rows without any allowed key safe.
+
+    A row with no allowed key would give softmax(-inf, ..., -inf) = NaN, and the NaN
+    would also poison the gradients of every other row through the shared k, v.
+    Such rows are therefore opened to all keys here and zeroed afterwards by
+    multiplying the scorer output with ``row_valid``.
+
+    Args:
+        mask: None, or bool (B, C, K) / (B, 1, K), True = may attend.
+    Returns:
+        (mask4 (B, 1, C|1, K) bool or None, row_valid (B, 1, C|1, 1) float-able bool or None).
+    """
+    if mask is None:
+        return None, None
+    if mask.dtype != torch.bool:
+        raise ValueError(f"attention mask must be bool (True = may attend), got {mask.dtype}.")
+    if mask.dim() != 3 or mask.size(0) != batch or mask.size(1) not in (1, queries) or mask.size(2) != keys:
+        raise ValueError(
+            f"attention mask shape {tuple(mask.shape)} does not match (B, C, K) = "
+            f"({batch}, {queries}, {keys}) or (B, 1, K)."
+        )
+    row_valid = mask.any(dim=-1, keepdim=True)  # (B, C|1, 1)
+    mask = mask | ~row_valid
+    return mask.unsqueeze(1), row_valid.unsqueeze(1)  # (B,1,C|1,K), (B,1,C|1,1)
+
+
+def softmax_attend(
+    logits: Tensor, mask4: Optional[Tensor], dropout: float, training: bool
+) -> Tensor:
+    """Masked softmax over keys, then attention dropout.
+
+    Args:
+        logits: (B, H, C, K) scaled logits; a fresh tensor (filled in place).
+        mask4: (B, 1, C|1, K) bool from :func:`prepare_mask`, or None.
+    Returns:
+        probs (B, H, C, K).
+    """
+    if mask4 is not None:
+        # In place: logits is a temporary, and masked_fill_ saves only the mask.
+        logits = logits.masked_fill_(~mask4, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if training and dropout > 0.0:
+        probs = F.dropout(probs, p=dropout, training=True)
+    return probs
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
+    """Check scorer inputs; returns (B, H, C, K, Dh)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be (B, H, *, Dh); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+        )
+    b, h, c, dh = q.shape
+    kk = k.size(2)
+    if k.shape != (b, h, kk, dh) or v.shape != k.shape or kk < c:
+        raise ValueError(
+            f"need q (B,H,C,Dh), k and v (B,H,K,Dh) with K >= C; got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}."
+        )
+    return b, h, c, kk, dh
+
+
+class AttentionScorer(nn.Module):
+    """Per-layer attention core: per-head q, k, v in, per-head output out.
+
+    Subclasses hold the layer's positional parameters (if any).
+
+    Args:
+        num_heads: H.
+        head_dim: Dh; logits are scaled by 1/sqrt(Dh).
+        dropout: dropout on the attention probabilities, training only.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if num_heads <= 0 or head_dim <= 0:
+            raise ValueError(f"num_heads ({num_heads}) and head_dim ({head_dim}) must be > 0.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"attention dropout ({dropout}) must be in [0, 1).")
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout = dropout
+        self.scale = head_dim**-0.5
+
+    def logits(self, q: Tensor, k: Tensor) -> Tensor:
+        """Scaled, unmasked logits (B, H, C, K) for q (B,H,C,Dh), k (B,H,K,Dh)."""
+        return torch.matmul(q * self.scale, k.transpose(-2, -1))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """Attend.
+
+        Args:
+            q: (B, H, C, Dh) queries, the last C of the K key times.
+            k: (B, H, K, Dh) keys (cached M + new C), v: (B, H, K, Dh) values.
+            mask: None or bool (B, C, K) / (B, 1, K), True = may attend.
+        Returns:
+            (B, H, C, Dh); zeros for query rows with no allowed key.
+        """
+        b, _, c, kk, _ = check_qkv(q, k, v)
+        mask4, row_valid = prepare_mask(mask, b, c, kk)
+        probs = softmax_attend(self.logits(q, k), mask4, self.dropout, self.training)
+        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        return out if row_valid is None else out * row_valid
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}"
+
+
+class PlainScorer(AttentionScorer):
+    """Scaled dot-product attention with no positional term (abs_sin, abs_learned, none).
+
+    Fast path: ``F.scaled_dot_product_attention`` with a bool mask (the mask carries
+    no gradient, so SDPA keeps its fused kernel). The inherited ``logits`` /
+    :meth:`reference` path is the oracle.
+    """
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        b, _, c, kk, _ = check_qkv(q, k, v)
+        mask4, row_valid = prepare_mask(mask, b, c, kk)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask4, dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
+        )  # (B, H, C, Dh)
+        return out if row_valid is None else out * row_valid
+
+    def reference(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """Explicit softmax path without dropout; the oracle for :meth:`forward`."""
+        b, _, c, kk, _ = check_qkv(q, k, v)
+        mask4, row_valid = prepare_mask(mask, b, c, kk)
+        probs = softmax_attend(AttentionScorer.logits(self, q, k), mask4, 0.0, False)
+        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        return out if row_valid is None else out * row_valid
+
+
+def clipped_distance_index(queries: int, keys: int, max_distance: int, device: torch.device) -> Tensor:
+    """Bucket of each (query, key) pair for Shaw / rel_bias tables.
+
+    Query a sits at local time M + a (M = K - C), key b at time b; the bucket is
+    clip(b - (M + a), -k, k) + k, in [0, 2k].
+
+    Returns:
+        (C, K) int64.
+    """
+    first_query = keys - queries
+    query_time = torch.arange(first_query, keys, device=device)[:, None]  # (C, 1)
+    key_time = torch.arange(keys, device=device)[None, :]  # (1, K)
+    return (key_time - query_time).clamp_(-max_distance, max_distance).add_(max_distance)

@@ -1,0 +1,35 @@
+"""T5 / Swin style relative bias: a learned scalar per head and clipped distance.
+
+    logit_ij = q_i . k_j / sqrt(Dh) + table[h, clip(j - i, -k, k) + k]
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from asr.model.scorers.base import AttentionScorer, clipped_distance_index
+
+
+class RelBiasScorer(AttentionScorer):
+    """Relative-bias scorer for one layer: ``rel_bias`` table (H, 2k+1)."""
+
+    def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
+        super().__init__(num_heads, head_dim, dropout)
+        if max_distance < 0:
+            raise ValueError(f"rel_bias max_distance ({max_distance}) must be >= 0.")
+        self.max_distance = max_distance
+        self.rel_bias = nn.Parameter(torch.empty(num_heads, 2 * max_distance + 1))
+        nn.init.normal_(self.rel_bias, std=0.02)
+
+    def bias(self, queries: int, keys: int) -> Tensor:
+        """The (H, C, K) logit bias for C queries that are the last of K keys."""
+        index = clipped_distance_index(queries, keys, self.max_distance, self.rel_bias.device)  # (C, K)
+        return self.rel_bias[:, index]  # (H, C, K)
+
+    def logits(self, q: Tensor, k: Tensor) -> Tensor:
+        logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
+        return logits.add_(self.bias(q.size(2), k.size(2)))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_distance={self.max_distance}"
