@@ -1,0 +1,101 @@
+"""Conv2d front end that subsamples feature frames by 4, 6 or 8 (Wenet style).
+
+Axis letters: B batch, T input feature frames, F feature bins, T' encoder frames,
+D model dim. The convolutions use no time padding, so encoder frame t depends on
+input frames ``[rate * t, rate * t + window)`` only. That makes the output length
+a pure function of T and lets the streaming front end feed the convolutions just
+the frames it has not consumed yet: no old frame is ever subsampled twice except
+the ``window - rate`` frames of overlap that the kernels need.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# rate -> (kernel, stride) of each conv layer, applied to time and frequency alike.
+_LAYOUTS: dict[int, tuple[tuple[int, int], ...]] = {
+    4: ((3, 2), (3, 2)),
+    6: ((3, 2), (5, 3)),
+    8: ((3, 2), (3, 2), (3, 2)),
+}
+SUBSAMPLING_RATES = tuple(sorted(_LAYOUTS))
+
+
+def _layout(rate: int) -> tuple[tuple[int, int], ...]:
+    if rate not in _LAYOUTS:
+        raise ValueError(f"subsampling ({rate}) must be one of {SUBSAMPLING_RATES}.")
+    return _LAYOUTS[rate]
+
+
+def subsampled_length(length, rate: int):
+    """Encoder frames produced from ``length`` input frames (int or int tensor; never negative).
+
+    Applies each conv's ``(L - kernel) // stride + 1`` in turn, which is what the
+    module computes, e.g. ``((T - 1) // 2 - 1) // 2`` for rate 4.
+    """
+    for kernel, stride in _layout(rate):
+        length = (length - kernel) // stride + 1
+    if isinstance(length, torch.Tensor):
+        return length.clamp(min=0)
+    return max(0, length)
+
+
+def receptive_window(rate: int) -> int:
+    """Input frames that one encoder frame depends on (7 for rate 4, 11 for 6, 15 for 8)."""
+    window, step = 1, 1
+    for kernel, stride in _layout(rate):
+        window += (kernel - 1) * step
+        step *= stride
+    return window
+
+
+class Conv2dSubsampling(nn.Module):
+    """Conv2d + ReLU stack (no time padding) and a linear projection to D.
+
+    Args:
+        input_dim: F, feature bins per frame.
+        d_model: D, output size and conv channel count.
+        rate: 4, 6 or 8.
+    """
+
+    def __init__(self, input_dim: int, d_model: int, rate: int = 4) -> None:
+        super().__init__()
+        layout = _layout(rate)
+        freq = input_dim
+        for kernel, stride in layout:
+            freq = (freq - kernel) // stride + 1
+        if freq < 1:
+            raise ValueError(f"input_dim ({input_dim}) is too small for subsampling {rate}: no frequency bins left.")
+        layers: list[nn.Module] = []
+        channels = 1
+        for kernel, stride in layout:
+            layers += [nn.Conv2d(channels, d_model, kernel, stride), nn.ReLU()]
+            channels = d_model
+        self.conv = nn.Sequential(*layers)
+        self.out = nn.Linear(d_model * freq, d_model)
+        self.rate = rate
+        # Input frames needed for the first output; each further output needs `rate` more.
+        self.window = receptive_window(rate)
+        # Frames of lookahead past the first input frame of an output.
+        self.right_context = self.window - 1
+
+    def output_length(self, length):
+        """Pure length rule of this module (int or int tensor)."""
+        return subsampled_length(length, self.rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Subsample.
+
+        Args:
+            x: (B, T, F) features with T >= ``window``.
+        Returns:
+            (B, T', D) with ``T' = output_length(T)``.
+        """
+        if x.size(1) < self.window:
+            raise ValueError(
+                f"input has {x.size(1)} frames; subsampling {self.rate} needs at least {self.window}."
+            )
+        y = self.conv(x.unsqueeze(1))  # (B, D, T', F')
+        b, d, t, f = y.shape
+        return self.out(y.transpose(1, 2).reshape(b, t, d * f))  # (B, T', D*F') -> (B, T', D)

@@ -1,0 +1,59 @@
+"""Masks: chunk visibility against a per-element rule, padding, argument checks."""
+
+import pytest
+import torch
+
+from asr.model.masks import attention_mask, chunk_mask, padding_mask
+
+
+def _visible(i: int, j: int, chunk_size: int, left_chunks: int) -> bool:
+    if chunk_size == 0:
+        return True
+    ci, cj = i // chunk_size, j // chunk_size
+    return cj <= ci and (left_chunks < 0 or cj >= ci - left_chunks)
+
+
+@pytest.mark.parametrize("size", [1, 7, 13])
+@pytest.mark.parametrize("chunk_size", [0, 1, 3, 4, 20])
+@pytest.mark.parametrize("left_chunks", [-1, 0, 1, 2])
+def test_chunk_mask_matches_rule(size, chunk_size, left_chunks):
+    mask = chunk_mask(size, chunk_size, left_chunks)
+    assert mask.shape == (size, size) and mask.dtype == torch.bool
+    expected = torch.tensor(
+        [[_visible(i, j, chunk_size, left_chunks) for j in range(size)] for i in range(size)], dtype=torch.bool
+    ).view(size, size)
+    assert torch.equal(mask, expected)
+
+
+def test_chunk_mask_example():
+    # chunk 2, one left chunk: frame 5 (chunk 2) sees frames 2..5, never 6.
+    mask = chunk_mask(7, 2, 1)
+    assert mask[5].tolist() == [False, False, True, True, True, True, False]
+    assert mask[0].tolist() == [True, True, False, False, False, False, False]
+
+
+def test_padding_mask():
+    mask = padding_mask(torch.tensor([3, 0, 5]), 5)
+    assert mask.tolist() == [
+        [True, True, True, False, False],
+        [False] * 5,
+        [True] * 5,
+    ]
+    assert padding_mask(torch.tensor([2, 4])).shape == (2, 4)
+
+
+def test_attention_mask_combines_chunks_and_padding():
+    lengths = torch.tensor([6, 3])
+    mask = attention_mask(lengths, 6, chunk_size=2, left_chunks=0)
+    assert mask.shape == (2, 6, 6)
+    chunks = chunk_mask(6, 2, 0)
+    assert torch.equal(mask[0], chunks)
+    assert torch.equal(mask[1], chunks & (torch.arange(6) < 3)[None, :])
+    full = attention_mask(lengths, 6)
+    assert torch.equal(full[1], (torch.arange(6) < 3)[None, :].expand(6, 6))
+
+
+@pytest.mark.parametrize("chunk_size,left_chunks", [(-1, -1), (4, -2)])
+def test_bad_chunk_args_raise(chunk_size, left_chunks):
+    with pytest.raises(ValueError, match=str(min(chunk_size, left_chunks))):
+        chunk_mask(5, chunk_size, left_chunks)

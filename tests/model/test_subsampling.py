@@ -1,0 +1,67 @@
+"""Conv2d subsampling: the pure length rule, the receptive window, and slice-exactness for streaming."""
+
+import pytest
+import torch
+
+from asr.model.subsampling import Conv2dSubsampling, receptive_window, subsampled_length
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module", params=[4, 6, 8])
+def sub(request):
+    torch.manual_seed(0)
+    return Conv2dSubsampling(input_dim=16, d_model=8, rate=request.param)
+
+
+def test_known_windows():
+    assert [receptive_window(r) for r in (4, 6, 8)] == [7, 11, 15]
+    assert subsampled_length(100, 4) == ((100 - 1) // 2 - 1) // 2
+    assert subsampled_length(100, 6) == ((100 - 1) // 2 - 2) // 3
+    assert subsampled_length(6, 4) == 0 and subsampled_length(7, 4) == 1 and subsampled_length(0, 8) == 0
+
+
+def test_output_length_matches_module(sub):
+    lengths = list(range(sub.window, sub.window + 3 * sub.rate + 2)) + [101, 257, 1000]
+    x = torch.randn(1, max(lengths), 16)
+    for t in lengths:
+        assert sub(x[:, :t]).shape == (1, sub.output_length(t), 8), t
+    as_tensor = sub.output_length(torch.tensor([0, 3, sub.window, 1000]))
+    assert as_tensor.tolist() == [0, 0, 1, sub.output_length(1000)]
+    # One more output needs exactly `rate` more frames.
+    assert sub.output_length(sub.window + sub.rate - 1) == 1 and sub.output_length(sub.window + sub.rate) == 2
+
+
+def test_too_short_raises(sub):
+    with pytest.raises(ValueError, match=f"at least {sub.window}"):
+        sub(torch.randn(1, sub.window - 1, 16))
+
+
+def test_receptive_window(sub):
+    """Output t depends on input frames [rate*t, rate*t + window) and on no other."""
+    torch.manual_seed(1)
+    x = torch.randn(1, sub.window + 4 * sub.rate, 16)
+    y = sub(x)
+    t = 2
+    first, last = sub.rate * t, sub.rate * t + sub.window - 1
+    for frame, inside in [(first - 1, False), (first, True), (last, True), (last + 1, False)]:
+        x2 = x.clone()
+        x2[:, frame] += 5.0
+        changed = not torch.allclose(sub(x2)[:, t], y[:, t])
+        assert changed == inside, (frame, inside)
+
+
+def test_slices_reproduce_outputs(sub):
+    """Subsampling from input frame rate*t0 gives outputs t0.. exactly (what streaming relies on)."""
+    x = torch.randn(2, 90, 16)
+    y = sub(x)
+    for t0 in (1, 3):
+        part = sub(x[:, sub.rate * t0 :])
+        assert torch.allclose(part, y[:, t0 : t0 + part.size(1)], atol=1e-6)
+
+
+def test_bad_rate_and_input_dim():
+    with pytest.raises(ValueError, match="one of"):
+        Conv2dSubsampling(16, 8, rate=5)
+    with pytest.raises(ValueError, match="input_dim"):
+        Conv2dSubsampling(4, 8, rate=8)
