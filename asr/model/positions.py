@@ -140,42 +140,37 @@ class TransformerXLPositions(PositionScheme):
         return RelXLScorer(num_heads, head_dim, dropout)
 
 
-class ShawPositions(PositionScheme):
+class _ClippedDistancePositions(PositionScheme):
+    """Schemes with learned per-layer tables over clip(j - i, -k, k), k = max_distance."""
+
+    is_relative = True
+    scorer_class: type[AttentionScorer]
+
+    def __init__(self, d_model: int, num_heads: int, max_distance: int = 16) -> None:
+        super().__init__(d_model, num_heads)
+        if max_distance < 0:
+            raise ValueError(f"{self.name} max_distance ({max_distance}) must be >= 0.")
+        self.max_distance = max_distance
+
+    def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
+        return self.scorer_class(num_heads, head_dim, dropout, self.max_distance)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_distance={self.max_distance}"
+
+
+class ShawPositions(_ClippedDistancePositions):
     """Shaw et al. (2018): learned key and value tables over clipped distance j - i."""
 
     name = "shaw"
-    is_relative = True
-
-    def __init__(self, d_model: int, num_heads: int, max_distance: int = 16) -> None:
-        super().__init__(d_model, num_heads)
-        if max_distance < 0:
-            raise ValueError(f"shaw max_distance ({max_distance}) must be >= 0.")
-        self.max_distance = max_distance
-
-    def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
-        return ShawScorer(num_heads, head_dim, dropout, self.max_distance)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_distance={self.max_distance}"
+    scorer_class = ShawScorer
 
 
-class RelativeBiasPositions(PositionScheme):
+class RelativeBiasPositions(_ClippedDistancePositions):
     """T5/Swin style learned scalar logit bias per head and clipped distance j - i."""
 
     name = "rel_bias"
-    is_relative = True
-
-    def __init__(self, d_model: int, num_heads: int, max_distance: int = 16) -> None:
-        super().__init__(d_model, num_heads)
-        if max_distance < 0:
-            raise ValueError(f"rel_bias max_distance ({max_distance}) must be >= 0.")
-        self.max_distance = max_distance
-
-    def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
-        return RelBiasScorer(num_heads, head_dim, dropout, self.max_distance)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_distance={self.max_distance}"
+    scorer_class = RelBiasScorer
 
 
 class RotaryPositions(PositionScheme):
