@@ -1,0 +1,211 @@
+"""Drive an ablation: train and evaluate each scheme, skip finished ones, write the report.
+
+Per scheme the phases are ``train`` (or ``resume`` from ``last.ckpt``) in a
+subprocess, then ``evaluate`` in this process; any failure becomes a ``failed``
+row and the next scheme still runs. After every scheme the report, plots and
+``results.json`` are rewritten, so an interrupted ablation still leaves a report.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asr.ablation.curves import read_learning_curve
+from asr.ablation.plots import write_plots
+from asr.ablation.report import write_report
+from asr.ablation.results import (
+    STATUS_FAILED,
+    SchemeResult,
+    failed_result,
+    read_marker,
+    write_marker,
+)
+from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training
+
+# The encoder's position schemes (DESIGN.md section 1), in report order.
+ALL_SCHEMES: tuple[str, ...] = ("rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none")
+
+# evaluate(run_dir, checkpoint) -> (metrics, metric_errors); see asr.ablation.evaluate.
+EvaluateFn = Callable[[Path, Path], tuple[dict[str, float | None], dict[str, str]]]
+TrainFn = Callable[[TrainJob], TrainOutcome]
+
+
+@dataclass
+class AblationSettings:
+    """One ablation: the schemes and everything they share (data, seed, budget, overrides)."""
+
+    out_dir: Path
+    data_dir: str
+    schemes: Sequence[str] = ALL_SCHEMES
+    seed: int = 0
+    budget_steps: int | None = None
+    budget_minutes: float | None = None
+    val_every_steps: int | None = None
+    extra_overrides: Sequence[str] = field(default_factory=tuple)
+    train_timeout_minutes: float | None = None
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
+        if bad:
+            raise ValueError(f"unknown scheme(s) {bad}; valid schemes: {', '.join(ALL_SCHEMES)}")
+        if len(set(self.schemes)) != len(self.schemes):
+            raise ValueError(f"schemes repeat: {list(self.schemes)}")
+        if not self.schemes:
+            raise ValueError("no schemes to run (schemes is empty)")
+
+    def job(self, scheme: str, resume_from: Path | None) -> TrainJob:
+        timeout = None if self.train_timeout_minutes is None else 60.0 * self.train_timeout_minutes
+        return TrainJob(
+            scheme=scheme,
+            run_dir=self.out_dir / scheme,
+            data_dir=self.data_dir,
+            seed=self.seed,
+            budget_steps=self.budget_steps,
+            budget_minutes=self.budget_minutes,
+            val_every_steps=self.val_every_steps,
+            extra_overrides=tuple(self.extra_overrides),
+            resume_from=resume_from,
+            timeout_s=timeout,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["out_dir"] = str(self.out_dir)
+        data["schemes"] = ",".join(self.schemes)
+        data["extra_overrides"] = " ".join(self.extra_overrides) or "(none)"
+        return data
+
+
+def _fmt_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class AblationRunner:
+    """Run :class:`AblationSettings` scheme by scheme.
+
+    ``train_fn`` and ``evaluate_fn`` are seams for tests (a fake trainer, a fake
+    evaluator); ``step_stats_fn(run_dir) -> (mean_step_s, steps)`` reads the
+    training logs. ``log`` receives one line per phase per scheme.
+    """
+
+    def __init__(
+        self,
+        settings: AblationSettings,
+        evaluate_fn: EvaluateFn,
+        step_stats_fn: Callable[[Path], tuple[float | None, int | None]],
+        train_fn: TrainFn = run_training,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.settings = settings
+        self.evaluate_fn = evaluate_fn
+        self.step_stats_fn = step_stats_fn
+        self.train_fn = train_fn
+        self.log = log
+
+    def run(self) -> list[SchemeResult]:
+        """Every scheme in order; returns their results (the report is on disk)."""
+        start = time.monotonic()
+        results: list[SchemeResult] = []
+        for scheme in self.settings.schemes:
+            results.append(self.run_scheme(scheme))
+            self.write_outputs(results, time.monotonic() - start)
+        report, plots = self.write_outputs(results, time.monotonic() - start)
+        n_ok = sum(r.ok for r in results)
+        self.log(
+            f"[ablate] finished {n_ok}/{len(results)} schemes in {_fmt_duration(time.monotonic() - start)}; "
+            f"report: {report}; plots: {', '.join(str(p) for p in plots) or '(none)'}"
+        )
+        return results
+
+    def run_scheme(self, scheme: str) -> SchemeResult:
+        """Train (or resume) and evaluate one scheme; a finished scheme is read back instead."""
+        run_dir = self.settings.out_dir / scheme
+        previous = read_marker(run_dir)
+        if previous is not None and previous.ok:
+            self.log(f"[ablate] {scheme}: skip (finished earlier, {run_dir / 'ablation_result.json'})")
+            return previous
+        start = time.monotonic()
+        trained = self._train(scheme, run_dir)
+        result = trained if isinstance(trained, SchemeResult) else self._evaluate(scheme, run_dir, trained)
+        result.wall_s = time.monotonic() - start
+        result.run_dir = str(run_dir)
+        write_marker(run_dir, result)
+        state = "done" if result.ok else f"FAILED in {result.failed_phase}: {result.error}"
+        self.log(f"[ablate] {scheme}: {state} ({_fmt_duration(result.wall_s)})")
+        return result
+
+    def _train(self, scheme: str, run_dir: Path) -> SchemeResult | TrainOutcome:
+        """Run the training phase; returns its outcome, or a failed result."""
+        resume = find_checkpoint(run_dir)
+        job = self.settings.job(scheme, resume)
+        phase = "resume" if resume is not None else "train"
+        budget = " + ".join(
+            b
+            for b in (
+                f"{job.budget_steps} steps" if job.budget_steps is not None else "",
+                f"{job.budget_minutes:g} min" if job.budget_minutes is not None else "",
+            )
+            if b
+        )
+        where = f" from {resume}" if resume is not None else ""
+        self.log(f"[ablate] {scheme}: {phase}{where} (budget {budget}) -> {run_dir}")
+        try:
+            outcome = self.train_fn(job)
+        except (OSError, subprocess.SubprocessError, ValueError) as err:
+            return failed_result(scheme, phase, err, run_dir)
+        if not outcome.ok:
+            return failed_result(scheme, phase, outcome.error_line(), run_dir)
+        self.log(
+            f"[ablate] {scheme}: {phase} finished in {_fmt_duration(outcome.wall_s)}, "
+            f"peak RSS {outcome.peak_rss_mb:.0f} MB"
+        )
+        return outcome
+
+    def _evaluate(self, scheme: str, run_dir: Path, trained: TrainOutcome) -> SchemeResult:
+        ckpt = find_checkpoint(run_dir)
+        if ckpt is None:
+            return failed_result(scheme, "evaluate", f"no last.ckpt under {run_dir} after training", run_dir)
+        self.log(f"[ablate] {scheme}: evaluate {ckpt}")
+        try:
+            metrics, metric_errors = self.evaluate_fn(run_dir, ckpt)
+            step_time, steps = self.step_stats_fn(run_dir)
+        except Exception as err:  # noqa: BLE001  (any evaluation error fails this scheme only)
+            self.log(f"[ablate] {scheme}: evaluation error: {type(err).__name__}: {err}")
+            return failed_result(scheme, "evaluate", err, run_dir)
+        metrics = dict(metrics)
+        metrics["step_time_s"] = step_time
+        metrics["train_steps"] = None if steps is None else float(steps)
+        metrics["peak_rss_mb"] = trained.peak_rss_mb
+        errors = dict(metric_errors)
+        if step_time is None:
+            errors["step_time_s"] = "no step timing found in the training logs"
+        return SchemeResult(
+            scheme=scheme,
+            metrics=metrics,
+            metric_errors=errors,
+            curve=read_learning_curve(run_dir),
+        )
+
+    def write_outputs(self, results: Sequence[SchemeResult], elapsed_s: float) -> tuple[Path, list[Path]]:
+        """Rewrite report.md, results.json and the plots for the results so far."""
+        out = self.settings.out_dir
+        plots = write_plots(results, out)
+        settings = {**self.settings.describe(), "elapsed": _fmt_duration(elapsed_s)}
+        pending = [s for s in self.settings.schemes if s not in {r.scheme for r in results}]
+        if pending:
+            settings["pending"] = ",".join(pending)
+        report, _ = write_report(out, results, settings, [str(p) for p in plots])
+        return report, plots
+
+
+def failed_schemes(results: Sequence[SchemeResult]) -> list[str]:
+    return [r.scheme for r in results if r.status == STATUS_FAILED]
+
+

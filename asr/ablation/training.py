@@ -1,0 +1,206 @@
+"""Run one scheme's training as a subprocess of ``scripts/train.py``.
+
+A subprocess isolates a crashing or diverging scheme from the others and gives a
+clean peak-memory number: ``os.wait4`` returns the resource usage of exactly that
+child (including its reaped DataLoader workers), where ``RUSAGE_CHILDREN`` would
+keep the maximum over every scheme trained so far.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from asr.ablation.results import last_line
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
+TRAIN_LOG = "train.log"
+
+
+@dataclass
+class TrainJob:
+    """What to train: one scheme, its run folder, data, seed and budget.
+
+    ``budget_steps`` and ``budget_minutes`` may both be set: training stops at
+    whichever comes first. ``resume_from`` is a ``last.ckpt`` to continue from.
+    """
+
+    scheme: str
+    run_dir: Path
+    data_dir: str
+    seed: int = 0
+    budget_steps: int | None = None
+    budget_minutes: float | None = None
+    val_every_steps: int | None = None
+    extra_overrides: Sequence[str] = field(default_factory=tuple)
+    resume_from: Path | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget_steps is None and self.budget_minutes is None:
+            raise ValueError(f"scheme {self.scheme!r}: give budget_steps or budget_minutes (both are None)")
+        if self.budget_steps is not None and self.budget_steps < 1:
+            raise ValueError(f"budget_steps must be >= 1, got {self.budget_steps}")
+        if self.budget_minutes is not None and self.budget_minutes <= 0:
+            raise ValueError(f"budget_minutes must be > 0, got {self.budget_minutes}")
+
+
+@dataclass
+class TrainOutcome:
+    """How the training subprocess ended."""
+
+    returncode: int
+    wall_s: float
+    peak_rss_mb: float
+    log_path: Path
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def error_line(self) -> str:
+        """The last meaningful line of the log (the exception), for the report."""
+        if self.timed_out:
+            return f"training exceeded its timeout and was killed after {self.wall_s:.0f} s"
+        tail = _error_tail(self.log_path)
+        return last_line(tail) if tail.strip() else f"exit status {self.returncode}"
+
+
+def max_time_string(minutes: float) -> str:
+    """Lightning's ``max_time`` format ``DD:HH:MM:SS`` for a number of minutes."""
+    total = max(1, int(round(minutes * 60)))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    mins, secs = divmod(rest, 60)
+    return f"{days:02d}:{hours:02d}:{mins:02d}:{secs:02d}"
+
+
+def train_overrides(job: TrainJob) -> list[str]:
+    """Hydra overrides for ``scripts/train.py``; user extras come last so they win."""
+    overrides = [
+        f"pos_enc={job.scheme}",
+        f"hydra.run.dir={job.run_dir}",
+        f"seed={job.seed}",
+        f"data.data_dir={job.data_dir}",
+    ]
+    if job.budget_steps is not None:
+        overrides += [f"trainer.max_steps={job.budget_steps}", "trainer.max_epochs=-1"]
+    if job.budget_minutes is not None:
+        overrides.append(f"trainer.max_time={max_time_string(job.budget_minutes)}")
+        if job.budget_steps is None:
+            overrides += ["trainer.max_steps=-1", "trainer.max_epochs=-1"]
+    if job.val_every_steps is not None:
+        overrides += [f"trainer.val_check_interval={job.val_every_steps}", "trainer.check_val_every_n_epoch=null"]
+    if job.resume_from is not None:
+        overrides.append(f"ckpt_path={job.resume_from}")
+    overrides += list(job.extra_overrides)
+    return overrides
+
+
+def train_command(job: TrainJob) -> list[str]:
+    return [sys.executable, str(TRAIN_SCRIPT), *train_overrides(job)]
+
+
+def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOutcome:
+    """Run the training subprocess to completion; its output goes to ``run_dir/train.log``.
+
+    ``command`` replaces the default ``scripts/train.py`` command (tests use it).
+    Ctrl-C stops the child's whole process group and re-raises, leaving the
+    run's ``last.ckpt`` for a later resume.
+    """
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = job.run_dir / TRAIN_LOG
+    cmd = list(command) if command is not None else train_command(job)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    start = time.monotonic()
+    with log_path.open("a") as log:
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True
+        )
+        try:
+            status, usage, timed_out = _wait_with_usage(proc, job.timeout_s)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    wall = time.monotonic() - start
+    # ru_maxrss is in KiB on Linux.
+    return TrainOutcome(
+        returncode=os.waitstatus_to_exitcode(status) if status is not None else -9,
+        wall_s=wall,
+        peak_rss_mb=usage.ru_maxrss / 1024.0 if usage is not None else float("nan"),
+        log_path=log_path,
+        timed_out=timed_out,
+    )
+
+
+def _wait_with_usage(proc: subprocess.Popen, timeout_s: float | None):
+    """Reap ``proc`` with ``os.wait4`` (its own rusage), killing it past ``timeout_s``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return status, usage, False
+        if deadline is not None and time.monotonic() > deadline:
+            status, usage = _kill_group(proc)
+            return status, usage, True
+        time.sleep(0.2)
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0):
+    """SIGTERM (then SIGKILL) the child's process group and reap the child: ``(status, rusage)``.
+
+    The child leads its own session, so the signal reaches its DataLoader workers too;
+    SIGTERM first lets Lightning stop cleanly.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(proc.pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        return None, None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage
+
+
+def _error_tail(log_path: Path, max_bytes: int = 20000) -> str:
+    """The end of the log, cut at the last traceback if there is one."""
+    if not log_path.is_file():
+        return ""
+    with log_path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - max_bytes))
+        text = handle.read().decode("utf-8", errors="replace")
+    # Progress bars end lines with '\r'; keep what was printed last on each line.
+    lines = [line.split("\r")[-1] for line in text.splitlines()]
+    if any(line.startswith("Traceback") for line in lines):
+        start = max(i for i, line in enumerate(lines) if line.startswith("Traceback"))
+        lines = lines[start:]
+        # The exception line is the last one not indented under the traceback.
+        for line in reversed(lines):
+            if line.strip() and not line.startswith((" ", "\t")):
+                return line
+    return "\n".join(lines)
+
+
+def find_checkpoint(run_dir: Path, name: str = "last.ckpt") -> Path | None:
+    """The newest checkpoint called ``name`` anywhere under ``run_dir``."""
+    found = sorted(Path(run_dir).rglob(name), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None

@@ -1,0 +1,101 @@
+"""Runner bookkeeping with a fake trainer: skip finished, resume interrupted, isolate failures."""
+
+from pathlib import Path
+
+import pytest
+
+from asr.ablation.results import MARKER_NAME, is_finished, read_marker
+from asr.ablation.runner import AblationRunner, AblationSettings
+from asr.ablation.training import TrainJob, TrainOutcome
+
+
+class FakeTrainer:
+    """Writes what a real run would (last.ckpt, metrics.csv); fails for chosen schemes."""
+
+    def __init__(self, fail: set[str] = frozenset()) -> None:
+        self.fail = set(fail)
+        self.jobs: list[TrainJob] = []
+
+    def __call__(self, job: TrainJob) -> TrainOutcome:
+        self.jobs.append(job)
+        log = job.run_dir / "train.log"
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        if job.scheme in self.fail:
+            log.write_text("Traceback (most recent call last):\n  File a\nRuntimeError: shaw exploded\n")
+            return TrainOutcome(returncode=1, wall_s=0.1, peak_rss_mb=100.0, log_path=log)
+        ckpt = job.run_dir / "checkpoints" / "last.ckpt"
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.write_text("fake")
+        csv = job.run_dir / "csv" / "version_0" / "metrics.csv"
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        csv.write_text("step,val/wer\n5,0.9\n10,0.5\n")
+        log.write_text("ok\n")
+        return TrainOutcome(returncode=0, wall_s=0.1, peak_rss_mb=321.0, log_path=log)
+
+
+def _evaluate(run_dir: Path, ckpt: Path):
+    assert ckpt.name == "last.ckpt"
+    return {"params_m": 1.5, "wer_test_greedy": 40.0, "wer_long": None}, {"wer_long": "too long"}
+
+
+def _runner(tmp_path: Path, trainer: FakeTrainer, schemes=("rel_xl", "shaw"), lines=None) -> AblationRunner:
+    settings = AblationSettings(out_dir=tmp_path, data_dir="data/synth", schemes=schemes, budget_steps=10)
+    log = lines.append if lines is not None else (lambda _: None)
+    return AblationRunner(settings, _evaluate, lambda _: (0.25, 10), train_fn=trainer, log=log)
+
+
+def test_failure_is_isolated_and_reported(tmp_path: Path) -> None:
+    lines: list[str] = []
+    results = _runner(tmp_path, FakeTrainer(fail={"shaw"}), schemes=("shaw", "rel_xl"), lines=lines).run()
+    by_scheme = {r.scheme: r for r in results}
+    assert not by_scheme["shaw"].ok and by_scheme["shaw"].error == "RuntimeError: shaw exploded"
+    assert by_scheme["rel_xl"].ok
+    assert by_scheme["rel_xl"].metrics["peak_rss_mb"] == 321.0
+    assert by_scheme["rel_xl"].metrics["step_time_s"] == 0.25
+    assert by_scheme["rel_xl"].curve == [[5.0, 0.9], [10.0, 0.5]]
+    report = (tmp_path / "report.md").read_text()
+    assert "failed (train)" in report and "RuntimeError: shaw exploded" in report
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "learning_curves.png").is_file()
+    assert any("shaw: FAILED in train" in line for line in lines)
+    assert "report:" in lines[-1]
+
+
+def test_rerun_skips_finished_and_retries_failed(tmp_path: Path) -> None:
+    _runner(tmp_path, FakeTrainer(fail={"shaw"})).run()
+    assert is_finished(tmp_path / "rel_xl") and not is_finished(tmp_path / "shaw")
+    second = FakeTrainer()
+    results = _runner(tmp_path, second).run()
+    assert [job.scheme for job in second.jobs] == ["shaw"]
+    assert all(r.ok for r in results)
+    assert read_marker(tmp_path / "rel_xl").metrics["wer_test_greedy"] == 40.0
+
+
+def test_interrupted_training_resumes_from_last_ckpt(tmp_path: Path) -> None:
+    ckpt = tmp_path / "rel_xl" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("partial")
+    lines: list[str] = []
+    trainer = FakeTrainer()
+    _runner(tmp_path, trainer, schemes=("rel_xl",), lines=lines).run()
+    assert trainer.jobs[0].resume_from == ckpt
+    assert any("rel_xl: resume from" in line for line in lines)
+    assert (tmp_path / "rel_xl" / MARKER_NAME).is_file()
+
+
+def test_evaluation_error_fails_only_that_scheme(tmp_path: Path) -> None:
+    def broken(run_dir: Path, ckpt: Path):
+        if run_dir.name == "rel_xl":
+            raise KeyError("missing hyper-parameter 'encoder'")
+        return _evaluate(run_dir, ckpt)
+
+    settings = AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl", "rope"), budget_minutes=1)
+    results = AblationRunner(settings, broken, lambda _: (None, None), train_fn=FakeTrainer(), log=lambda _: None).run()
+    assert results[0].failed_phase == "evaluate" and "KeyError" in results[0].error
+    assert results[1].ok and "step_time_s" in results[1].metric_errors
+
+
+def test_settings_reject_unknown_schemes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="valid schemes: rel_xl, shaw"):
+        AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl", "alibi"), budget_steps=1)
+    with pytest.raises(ValueError, match="budget_steps or budget_minutes"):
+        AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl",)).job("rel_xl", None)
