@@ -1,0 +1,186 @@
+"""Transformer attention decoder for the CTC + attention hybrid (U2 / U2++).
+
+Axis legend: B batch (or beam), U tokens, T' encoder frames, D model dim,
+H heads, Dh head dim, V vocab.
+
+The decoder reads token prefixes that start with <sos> and predicts the next
+token at every position. A right-to-left decoder (U2++) is simply a second
+instance of the same class trained on reversed targets, so no separate class
+exists for it.
+
+Masks are boolean with True = "may attend" and go straight to
+``scaled_dot_product_attention``: a bool mask keeps the fused CPU kernels
+(a float mask would not) and there is no positional bias to add here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sinusoid_table(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
+    """Transformer sinusoid table for absolute positions 0..length-1.
+
+    Computed for the length asked, so there is no max_len to run past.
+
+    Returns:
+        (length, d_model) table: even columns sin, odd columns cos.
+    """
+    if d_model % 2 != 0:
+        raise ValueError(f"d_model ({d_model}) must be even for the sinusoid table.")
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # (U, 1)
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )  # (D/2,)
+    table = torch.zeros(length, d_model, device=device, dtype=torch.float32)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table.to(dtype or torch.float32)
+
+
+def length_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(B,) lengths -> (B, max_len) bool, True at valid positions."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class MultiHeadAttention(nn.Module):
+    """Plain multi-head attention (no positional term) over a bool mask."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model ({d_model}) is not a multiple of num_heads ({num_heads}).")
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_out = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def forward(self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Attend from query (B, U, D) to memory (B, K, D).
+
+        Args:
+            mask: bool, broadcastable to (B, H, U, K); True = may attend. Every
+                query row must allow at least one key (a fully masked row is NaN).
+        Returns:
+            (B, U, D)
+        """
+        B, U, D = query.shape
+        q = self._split(self.w_q(query))  # (B, H, U, Dh)
+        k = self._split(self.w_k(memory))  # (B, H, K, Dh)
+        v = self._split(self.w_v(memory))  # (B, H, K, Dh)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, U, Dh)
+        return self.w_out(out.transpose(1, 2).reshape(B, U, D))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: causal self-attention, cross-attention, feed-forward."""
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.norm_self = nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.norm_cross = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.norm_ffn = nn.LayerNorm(d_model)
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: torch.Tensor, self_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """x (B, U, D), self_mask (B, 1, U, U), memory (B, T', D), memory_mask (B, 1, 1, T') -> (B, U, D)."""
+        h = self.norm_self(x)
+        x = x + self.dropout(self.self_attn(h, h, self_mask))
+        x = x + self.dropout(self.cross_attn(self.norm_cross(x), memory, memory_mask))
+        return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+
+class TransformerDecoder(nn.Module):
+    """Token embedding + sinusoid positions, N pre-norm layers, final norm, output linear.
+
+    Args:
+        vocab_size: V, including blank and <sos/eos>.
+        d_model: D, must equal the encoder output size (cross-attention keys).
+        num_heads: H; must divide d_model.
+        ffn_dim: hidden size of the feed-forward blocks.
+        num_layers: N >= 1.
+        dropout: dropout on embeddings, attention weights and residual branches.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int = 4,
+        ffn_dim: int = 1024,
+        num_layers: int = 3,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers ({num_layers}) must be >= 1.")
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size ({vocab_size}) must be >= 2.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
+        self.d_model = d_model
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.embed_dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            [DecoderLayer(d_model, num_heads, ffn_dim, dropout) for _ in range(num_layers)]
+        )
+        self.final_norm = nn.LayerNorm(d_model)
+        self.output = nn.Linear(d_model, vocab_size)
+
+    def forward(
+        self,
+        memory: torch.Tensor,
+        memory_lens: torch.Tensor,
+        tokens: torch.Tensor,
+        token_lens: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Next-token logits at every prefix position.
+
+        Args:
+            memory: (B, T', D) encoder output.
+            memory_lens: (B,) valid encoder frames per row. A row with 0 frames
+                (audio too short for the subsampling; the data module filters
+                these) attends to frame 0 so its output stays finite, not NaN.
+            tokens: (B, U) decoder input ids starting with <sos>; padding must be a
+                valid id (it is masked out as a key, and its outputs are junk).
+            token_lens: (B,) valid tokens per row; None = all U valid.
+        Returns:
+            (B, U, V) logits; position u depends only on tokens[:, :u+1].
+        """
+        B, U = tokens.shape
+        if memory.shape[0] != B:
+            raise ValueError(f"memory batch ({memory.shape[0]}) != tokens batch ({B}).")
+        device = tokens.device
+        causal = torch.ones(U, U, dtype=torch.bool, device=device).tril()  # (U, U)
+        if token_lens is None:
+            self_mask = causal[None, None]  # (1, 1, U, U)
+        else:
+            # Key padding on top of causality; row u still sees key 0 (<sos>), so no row is empty.
+            self_mask = (causal[None] & length_mask(token_lens, U)[:, None, :])[:, None]  # (B, 1, U, U)
+        memory_mask = length_mask(memory_lens.clamp(min=1), memory.shape[1])[:, None, None, :]  # (B, 1, 1, T')
+
+        x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, U, D)
+        x = x + sinusoid_table(U, self.d_model, device=device, dtype=x.dtype)[None]
+        x = self.embed_dropout(x)
+        for layer in self.layers:
+            x = layer(x, self_mask, memory, memory_mask)
+        return self.output(self.final_norm(x))  # (B, U, V)

@@ -1,0 +1,73 @@
+"""Attention decoder: causality, padding invariance, sinusoid table."""
+
+import math
+
+import pytest
+import torch
+
+from asr.model.decoder import TransformerDecoder, sinusoid_table
+
+V, D = 9, 32
+
+
+def make_decoder(seed: int = 0) -> TransformerDecoder:
+    torch.manual_seed(seed)
+    return TransformerDecoder(V, D, num_heads=4, ffn_dim=64, num_layers=2, dropout=0.0).eval()
+
+
+def test_sinusoid_table_values():
+    table = sinusoid_table(5, 8)
+    assert table.shape == (5, 8)
+    # Column pair 2i uses frequency 10000^(-2i/D).
+    assert torch.allclose(table[3, 0], torch.tensor(math.sin(3.0)))
+    assert torch.allclose(table[3, 1], torch.tensor(math.cos(3.0)))
+    assert torch.allclose(table[4, 2], torch.tensor(math.sin(4.0 / 10000 ** (2 / 8))))
+
+
+def test_causal_changing_a_later_token_leaves_earlier_outputs():
+    dec = make_decoder()
+    memory = torch.randn(1, 7, D)
+    lens = torch.tensor([7])
+    tokens = torch.tensor([[8, 1, 2, 3, 4, 5]])
+    changed = tokens.clone()
+    changed[0, 3] = 6
+    a, b = dec(memory, lens, tokens), dec(memory, lens, changed)  # (1, U, V)
+    assert torch.allclose(a[:, :3], b[:, :3], atol=1e-6)
+    assert not torch.allclose(a[:, 3:], b[:, 3:], atol=1e-4)
+
+
+def test_memory_padding_is_ignored():
+    dec = make_decoder(1)
+    memory = torch.randn(1, 5, D)
+    tokens = torch.tensor([[8, 3, 2]])
+    padded = torch.cat([memory, 100 * torch.randn(1, 4, D)], dim=1)
+    a = dec(memory, torch.tensor([5]), tokens)
+    b = dec(padded, torch.tensor([5]), tokens)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_token_padding_is_ignored_in_a_batch():
+    dec = make_decoder(2)
+    memory = torch.randn(2, 6, D)
+    mem_lens = torch.tensor([6, 4])
+    short = torch.tensor([[8, 5, 1]])
+    long = torch.tensor([[8, 2, 3, 4, 7]])
+    batch = torch.tensor([[8, 5, 1, 8, 8], [8, 2, 3, 4, 7]])
+    out = dec(memory, mem_lens, batch, torch.tensor([3, 5]))  # (2, 5, V)
+    alone0 = dec(memory[:1], mem_lens[:1], short)
+    alone1 = dec(memory[1:, :4], mem_lens[1:], long)
+    assert torch.allclose(out[0, :3], alone0[0], atol=1e-5)
+    assert torch.allclose(out[1], alone1[0], atol=1e-5)
+
+
+def test_zero_length_memory_stays_finite():
+    dec = make_decoder(3)
+    out = dec(torch.randn(2, 4, D), torch.tensor([4, 0]), torch.tensor([[8, 1], [8, 2]]))
+    assert torch.isfinite(out).all()
+
+
+def test_bad_arguments_raise_with_values():
+    with pytest.raises(ValueError, match=r"d_model \(30\).*num_heads \(4\)"):
+        TransformerDecoder(V, 30, num_heads=4)
+    with pytest.raises(ValueError, match=r"num_layers \(0\)"):
+        TransformerDecoder(V, D, num_layers=0)
