@@ -22,6 +22,7 @@ from asr.ablation.results import last_line
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 TRAIN_LOG = "train.log"
+STEP_TIMER_TARGET = "asr.ablation.step_timer.StepTimer"
 
 
 @dataclass
@@ -90,6 +91,8 @@ def train_overrides(job: TrainJob) -> list[str]:
         f"hydra.run.dir={job.run_dir}",
         f"seed={job.seed}",
         f"data.data_dir={job.data_dir}",
+        # Records every step's duration for the report's step-time column.
+        f"+callbacks.step_timer._target_={STEP_TIMER_TARGET}",
     ]
     if job.budget_steps is not None:
         overrides += [f"trainer.max_steps={job.budget_steps}", "trainer.max_epochs=-1"]
