@@ -1,0 +1,247 @@
+"""Every scorer fast path against an explicit float64 definition.
+
+Shapes cover offline (M = 0, C = K) and streaming (M > 0, C < K, C = 1) calls.
+Query a of a call sits at local time M + a, key b at time b.
+"""
+
+import math
+
+import pytest
+import torch
+
+from asr.model.positions import build_position_scheme
+from asr.model.scorers import rel_shift, rel_shift_gather
+
+SHAPES = [(5, 5), (3, 7), (1, 6), (4, 9)]  # (C, K)
+B, H, DH = 2, 3, 4
+D = H * DH
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
+
+
+def make_qkv(c, k, requires_grad=False):
+    q = torch.randn(B, H, c, DH, requires_grad=requires_grad)
+    keys = torch.randn(B, H, k, DH, requires_grad=requires_grad)
+    v = torch.randn(B, H, k, DH, requires_grad=requires_grad)
+    return q, keys, v
+
+
+def scorer(name, **options):
+    s = build_position_scheme(name, D, H, **options).make_scorer(H, DH, 0.0).double().eval()
+    with torch.no_grad():  # non-trivial values for tables that may start small
+        for p in s.parameters():
+            p.normal_()
+    return s
+
+
+def random_mask(c, k, generator_seed=1):
+    g = torch.Generator().manual_seed(generator_seed)
+    mask = torch.rand(B, c, k, generator=g) > 0.4
+    mask[0, 0] = False  # one row with no allowed key
+    mask[1, -1] = True
+    return mask
+
+
+def softmax_reference(logits, v, mask):
+    """Plain masked softmax with fully-masked rows set to zero."""
+    if mask is not None:
+        logits = logits.masked_fill(~mask[:, None], float("-inf"))
+    probs = torch.softmax(logits, -1).nan_to_num(0.0)
+    return probs
+
+
+def explicit_sinusoid(position, dim):
+    return torch.tensor(
+        [
+            math.sin(position * 10000.0 ** (-(2 * (ch // 2)) / dim))
+            if ch % 2 == 0
+            else math.cos(position * 10000.0 ** (-(2 * (ch // 2)) / dim))
+            for ch in range(dim)
+        ]
+    )
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_strided_rel_shift_equals_index_gather(c, k):
+    bd_full = torch.randn(B, H, c, k + c - 1)
+    torch.testing.assert_close(rel_shift(bd_full, k), rel_shift_gather(bd_full, k), rtol=0, atol=0)
+    # Also on a non-contiguous input (the shift must follow the real strides).
+    wide = torch.randn(B, c, H, k + c - 1).transpose(1, 2)
+    torch.testing.assert_close(rel_shift(wide, k), rel_shift_gather(wide, k), rtol=0, atol=0)
+    assert rel_shift(bd_full, k).data_ptr() >= bd_full.data_ptr()  # a view, not a copy
+    with pytest.raises(ValueError, match="K\\+C-1"):
+        rel_shift(bd_full, k + 1)
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_rel_xl_logits_equal_explicit_loop_over_i_j(c, k):
+    s = scorer("rel_xl")
+    q, keys, _ = make_qkv(c, k)
+    m = k - c
+    expected = torch.empty(B, H, c, k)
+    for a in range(c):
+        for b in range(k):
+            r = (m + a) - b  # query time minus key time
+            p_r = s.linear_pos(explicit_sinusoid(r, D)).view(H, DH)  # W_R R_{i-j}
+            ac = ((q[:, :, a] + s.pos_bias_u) * keys[:, :, b]).sum(-1)
+            bd = ((q[:, :, a] + s.pos_bias_v) * p_r).sum(-1)
+            expected[:, :, a, b] = (ac + bd) / math.sqrt(DH)
+    torch.testing.assert_close(s.logits(q, keys), expected)
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_rel_xl_output_equals_softmax_of_logits(c, k):
+    s = scorer("rel_xl")
+    q, keys, v = make_qkv(c, k)
+    mask = random_mask(c, k)
+    expected = softmax_reference(s.logits(q, keys), v, mask) @ v
+    torch.testing.assert_close(s(q, keys, v, mask), expected)
+
+
+def shaw_naive(s, q, keys, v, mask):
+    """Shaw et al. with explicit (C, K, Dh) tables a^K_ij, a^V_ij."""
+    c, k = q.size(2), keys.size(2)
+    m = k - c
+    dist = torch.tensor([[max(-s.max_distance, min(s.max_distance, b - (m + a))) for b in range(k)] for a in range(c)])
+    a_k = s.rel_k[dist + s.max_distance]  # (C, K, Dh)
+    a_v = s.rel_v[dist + s.max_distance]  # (C, K, Dh)
+    logits = (torch.einsum("bhcd,bhkd->bhck", q, keys) + torch.einsum("bhcd,ckd->bhck", q, a_k)) / math.sqrt(DH)
+    probs = softmax_reference(logits, v, mask)
+    return logits, probs @ v + torch.einsum("bhck,ckd->bhcd", probs, a_v)
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+@pytest.mark.parametrize("max_distance", [0, 2, 16])
+def test_shaw_equals_naive_tables(c, k, max_distance):
+    s = scorer("shaw", max_distance=max_distance)
+    q, keys, v = make_qkv(c, k)
+    mask = random_mask(c, k)
+    logits, out = shaw_naive(s, q, keys, v, mask)
+    torch.testing.assert_close(s.logits(q, keys), logits)
+    torch.testing.assert_close(s(q, keys, v, mask), out)
+    torch.testing.assert_close(s(q, keys, v, None), shaw_naive(s, q, keys, v, None)[1])
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_rel_bias_equals_definition(c, k):
+    s = scorer("rel_bias", max_distance=2)
+    q, keys, v = make_qkv(c, k)
+    m = k - c
+    expected = torch.einsum("bhcd,bhkd->bhck", q, keys) / math.sqrt(DH)
+    for a in range(c):
+        for b in range(k):
+            expected[:, :, a, b] += s.rel_bias[:, max(-2, min(2, b - (m + a))) + 2]
+    torch.testing.assert_close(s.logits(q, keys), expected)
+    mask = random_mask(c, k)
+    torch.testing.assert_close(s(q, keys, v, mask), softmax_reference(expected, v, mask) @ v)
+
+
+def rope_explicit(x, positions, base):
+    """Rotate each pair (x_m, x_{m+Dh/2}) as the complex number x_m + i x_{m+Dh/2}."""
+    half = x.size(-1) // 2
+    theta = torch.tensor([base ** (-2.0 * m / x.size(-1)) for m in range(half)])
+    z = torch.complex(x[..., :half], x[..., half:]) * torch.polar(
+        torch.ones(len(positions), half), torch.tensor(positions, dtype=torch.float64)[:, None] * theta
+    )
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_rope_equals_definition_and_is_relative(c, k):
+    s = scorer("rope", base=100.0)
+    q, keys, v = make_qkv(c, k)
+    rq = rope_explicit(q, list(range(k - c, k)), 100.0)
+    rk = rope_explicit(keys, list(range(k)), 100.0)
+    logits = rq @ rk.transpose(-2, -1) / math.sqrt(DH)
+    torch.testing.assert_close(s.logits(q, keys), logits)
+    mask = random_mask(c, k)
+    torch.testing.assert_close(s(q, keys, v, mask), softmax_reference(logits, v, mask) @ v)
+    # Shifting every position by the same offset leaves the logits unchanged.
+    shifted = rope_explicit(q, list(range(k - c + 50, k + 50)), 100.0) @ rope_explicit(
+        keys, list(range(50, k + 50)), 100.0
+    ).transpose(-2, -1) / math.sqrt(DH)
+    torch.testing.assert_close(shifted, logits)
+
+
+@pytest.mark.parametrize("name", ["abs_sin", "abs_learned", "none"])
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_plain_sdpa_path_equals_reference(name, c, k):
+    s = scorer(name)
+    q, keys, v = make_qkv(c, k)
+    mask = random_mask(c, k)
+    logits = q @ keys.transpose(-2, -1) / math.sqrt(DH)
+    torch.testing.assert_close(s(q, keys, v, mask), softmax_reference(logits, v, mask) @ v)
+    torch.testing.assert_close(s(q, keys, v, mask), s.reference(q, keys, v, mask))
+    torch.testing.assert_close(s(q, keys, v, None), softmax_reference(logits, v, None) @ v)
+
+
+ALL = ["rel_xl", "shaw", "rel_bias", "rope", "abs_sin", "abs_learned", "none"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fully_masked_rows_give_zeros_and_finite_grads(name):
+    s = scorer(name)
+    q, keys, v = make_qkv(3, 5, requires_grad=True)
+    mask = torch.ones(B, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False
+    mask[1] = False  # a whole utterance of empty rows
+    out = s(q, keys, v, mask)
+    assert torch.all(out[0, :, 1] == 0) and torch.all(out[1] == 0)
+    assert torch.all(out[0, :, 0].abs().sum(-1) > 0)
+    out.sum().backward()
+    for t in (q, keys, v, *s.parameters()):
+        assert torch.isfinite(t.grad).all()
+    assert torch.all(q.grad[1] == 0)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_padding_mask_broadcasts_like_full_mask(name):
+    s = scorer(name)
+    q, keys, v = make_qkv(3, 6)
+    pad = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, :]  # (B, 1, K)
+    torch.testing.assert_close(s(q, keys, v, pad), s(q, keys, v, pad.expand(B, 3, 6)))
+
+
+def test_bad_mask_and_shapes_raise_with_values():
+    s = scorer("rel_xl")
+    q, keys, v = make_qkv(3, 6)
+    with pytest.raises(ValueError, match="bool"):
+        s(q, keys, v, torch.ones(B, 3, 6))
+    with pytest.raises(ValueError, match=r"\(2, 3, 6\)"):
+        s(q, keys, v, torch.ones(B, 3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="K >= C"):
+        s(q, keys[:, :, :2], v[:, :, :2], None)
+
+
+@pytest.mark.parametrize("name", ["rel_xl", "shaw"])
+def test_gradcheck(name):
+    s = scorer(name, **({"max_distance": 2} if name == "shaw" else {}))
+    q, keys, v = (t[:1] for t in make_qkv(3, 5))
+    q, keys, v = (t.detach().requires_grad_() for t in (q, keys, v))
+    mask = torch.ones(1, 3, 5, dtype=torch.bool)
+    mask[0, 0, 4] = False
+    assert torch.autograd.gradcheck(lambda q, k, v: s(q, k, v, mask), (q, keys, v))
+    # ...and through the scheme's own parameters (functional_call keeps them in the graph).
+    names = [n for n, _ in s.named_parameters()]
+
+    def fn(*ps):
+        return torch.func.functional_call(s, dict(zip(names, ps)), (q.detach(), keys.detach(), v.detach(), mask))
+
+    inputs = tuple(p.detach().clone().requires_grad_() for p in s.parameters())
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_dropout_only_in_training():
+    s = build_position_scheme("rel_xl", D, H).make_scorer(H, DH, 0.5).double()
+    q, keys, v = make_qkv(4, 4)
+    s.eval()
+    torch.testing.assert_close(s(q, keys, v, None), s(q, keys, v, None))
+    s.train()
+    assert not torch.allclose(s(q, keys, v, None), s.eval()(q, keys, v, None))
