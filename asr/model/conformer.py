@@ -1,0 +1,157 @@
+"""Conformer building blocks: feed-forward, convolution module (with cache), block.
+
+Axis letters: B batch, C frames in this call (a chunk, or all T' offline),
+D model dim, H heads, Dh head dim, M cached frames, K = M + C keys.
+
+The block is written once for both paths: offline training passes a (B, C, K)
+mask and no caches; streaming passes the caches of earlier chunks and no mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from asr.model.attention import MultiHeadAttention
+from asr.model.positions import PositionScheme
+
+
+class FeedForward(nn.Module):
+    """Position-wise Linear -> SiLU -> Dropout -> Linear: (B, C, D) -> (B, C, D)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_model, ffn_dim), nn.SiLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConvModule(nn.Module):
+    """Pointwise conv + GLU, depthwise conv, LayerNorm, SiLU, pointwise conv.
+
+    LayerNorm instead of BatchNorm: statistics per frame, so the output of a
+    frame never depends on the other rows or the padding of the batch, in train
+    mode as well as in eval mode.
+
+    Args:
+        d_model: D.
+        kernel: depthwise kernel size (odd when not causal).
+        causal: pad only on the left with ``kernel - 1`` frames, so a frame sees
+            no future frame; required for streaming.
+    """
+
+    def __init__(self, d_model: int, kernel: int, causal: bool) -> None:
+        super().__init__()
+        if kernel < 1:
+            raise ValueError(f"conv_kernel ({kernel}) must be >= 1.")
+        if not causal and kernel % 2 == 0:
+            raise ValueError(f"conv_kernel ({kernel}) must be odd for a non-causal (centered) convolution.")
+        self.pointwise_in = nn.Conv1d(d_model, 2 * d_model, 1)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel, groups=d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.act = nn.SiLU()
+        self.pointwise_out = nn.Conv1d(d_model, d_model, 1)
+        self.kernel = kernel
+        self.causal = causal
+
+    def forward(
+        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None, cache: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Apply the module.
+
+        Args:
+            x: (B, C, D).
+            pad_mask: (B, C) bool, True on valid frames; padded frames are zeroed
+                before the depthwise conv so they look like the conv's own padding.
+            cache: (B, D, kernel-1) depthwise inputs of the frames just before x
+                (causal only); None at the start of a stream (zeros = left padding).
+        Returns:
+            out (B, C, D) and the new cache (B, D, kernel-1): the last kernel-1
+            depthwise inputs, or None when kernel == 1.
+        """
+        if cache is not None and not self.causal:
+            raise ValueError("a conv cache needs a causal conv module (causal=True).")
+        h = nn.functional.glu(self.pointwise_in(x.transpose(1, 2)), dim=1)  # (B, 2D, C) -> (B, D, C)
+        if pad_mask is not None:
+            h = h.masked_fill(~pad_mask[:, None, :], 0.0)
+        context = self.kernel - 1
+        if self.causal:
+            if cache is None:
+                h = nn.functional.pad(h, (context, 0))  # (B, D, kernel-1 + C)
+            else:
+                h = torch.cat([cache, h], dim=2)  # (B, D, kernel-1 + C)
+            new_cache = h[:, :, h.size(2) - context :] if context > 0 else None
+        else:
+            h = nn.functional.pad(h, (context // 2, context // 2))
+            new_cache = None
+        h = self.depthwise(h)  # (B, D, C)
+        h = self.act(self.norm(h.transpose(1, 2)))  # (B, C, D)
+        out = self.pointwise_out(h.transpose(1, 2)).transpose(1, 2)  # (B, C, D)
+        return out, new_cache
+
+
+class ConformerBlock(nn.Module):
+    """Macaron Conformer block: FF/2, MHSA, conv, FF/2, LayerNorm (all pre-norm residual).
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        ffn_dim: hidden size of both feed-forward modules.
+        conv_kernel: depthwise kernel size.
+        causal: causal conv module (needed for streaming).
+        scheme: the encoder's position scheme; the attention builds its scorer from it.
+        dropout: residual, feed-forward and attention dropout.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        conv_kernel: int,
+        causal: bool,
+        scheme: PositionScheme,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.ff_in = FeedForward(d_model, ffn_dim, dropout)
+        self.attn = MultiHeadAttention(d_model, num_heads, scheme, dropout)
+        self.conv = ConvModule(d_model, conv_kernel, causal)
+        self.ff_out = FeedForward(d_model, ffn_dim, dropout)
+        self.norm_ff_in = nn.LayerNorm(d_model)
+        self.norm_attn = nn.LayerNorm(d_model)
+        self.norm_conv = nn.LayerNorm(d_model)
+        self.norm_ff_out = nn.LayerNorm(d_model)
+        self.norm_final = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        pad_mask: torch.Tensor | None = None,
+        attn_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        conv_cache: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+        """Run the block on C query frames.
+
+        Args:
+            x: (B, C, D).
+            mask: (B, C, K) bool attention mask (True = attend) or None (all keys).
+            pad_mask: (B, C) bool valid frames (for the conv module) or None.
+            attn_cache: (k, v), each (B, H, M, Dh), of the M frames before x, or None.
+            conv_cache: (B, D, kernel-1) or None, see :class:`ConvModule`.
+        Returns:
+            out (B, C, D); (k, v) each (B, H, K, Dh) = cache + this call's frames
+            (the caller trims it to its left-context budget); new conv cache.
+        """
+        x = x + 0.5 * self.dropout(self.ff_in(self.norm_ff_in(x)))
+        a, kv = self.attn(self.norm_attn(x), mask, attn_cache)
+        x = x + self.dropout(a)
+        c, conv_cache = self.conv(self.norm_conv(x), pad_mask, conv_cache)
+        x = x + self.dropout(c)
+        x = x + 0.5 * self.dropout(self.ff_out(self.norm_ff_out(x)))
+        return self.norm_final(x), kv, conv_cache

@@ -1,0 +1,235 @@
+"""Conformer encoder: offline/chunk-masked ``forward`` and exact chunk streaming.
+
+Axis letters: B batch, T feature frames, F feature bins, T' encoder frames,
+D model dim, C chunk size (encoder frames), M cached frames.
+
+Pipeline (both paths): global CMVN -> Conv2d subsampling -> xscale sqrt(D)
+-> ``scheme.embed_input(x, start_time)`` -> dropout -> Conformer blocks -> LayerNorm.
+
+``stream_step`` reproduces ``forward(feats, lengths, chunk_size=C, left_chunks=L)``
+exactly: chunks are aligned at encoder time 0, each layer caches the K/V of the
+last L*C frames (what the chunk mask lets a query see) and the causal conv module
+caches its last kernel-1 inputs (the conv sees across chunk borders offline too).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from asr.model.conformer import ConformerBlock
+from asr.model.masks import attention_mask, check_chunk_args, padding_mask
+from asr.model.positions import build_position_scheme
+from asr.model.subsampling import Conv2dSubsampling
+from asr.streaming.state import LayerCache, StreamState
+
+
+class ConformerEncoder(nn.Module):
+    """Conformer encoder with one position scheme shared by all layers.
+
+    Args:
+        pos_enc: position scheme name, one of ``POSITION_SCHEMES``.
+        input_dim: F.
+        d_model: D.
+        num_heads: H (divides D).
+        num_layers: number of Conformer blocks.
+        ffn_dim: feed-forward hidden size.
+        conv_kernel: depthwise kernel of the conv module.
+        causal: causal conv module; streaming needs it.
+        subsampling: 4, 6 or 8.
+        dropout: dropout after the input embedding and inside the blocks.
+        xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
+        **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
+    """
+
+    def __init__(
+        self,
+        pos_enc: str = "rel_xl",
+        input_dim: int = 80,
+        d_model: int = 144,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        ffn_dim: int = 576,
+        conv_kernel: int = 15,
+        causal: bool = True,
+        subsampling: int = 4,
+        dropout: float = 0.0,
+        xscale: bool = True,
+        **scheme_options,
+    ) -> None:
+        super().__init__()
+        if input_dim < 1 or d_model < 1 or ffn_dim < 1:
+            raise ValueError(f"input_dim ({input_dim}), d_model ({d_model}) and ffn_dim ({ffn_dim}) must be >= 1.")
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model ({d_model}) is not a multiple of num_heads ({num_heads}).")
+        if num_layers < 1:
+            raise ValueError(f"num_layers ({num_layers}) must be >= 1.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
+        self.register_buffer("cmvn_mean", torch.zeros(input_dim))
+        self.register_buffer("cmvn_istd", torch.ones(input_dim))
+        self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling)
+        self.scheme = build_position_scheme(pos_enc, d_model, num_heads, **scheme_options)
+        self.blocks = nn.ModuleList(
+            ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout)
+            for _ in range(num_layers)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d_model)
+        self.input_dim = input_dim
+        self.d_model = d_model
+        self.causal = causal
+        self.scale = math.sqrt(d_model) if xscale else 1.0
+
+    @property
+    def output_size(self) -> int:
+        return self.d_model
+
+    @property
+    def subsampling_rate(self) -> int:
+        return self.subsampling.rate
+
+    @property
+    def right_context(self) -> int:
+        """Feature frames of lookahead the subsampling needs beyond an output's first frame."""
+        return self.subsampling.right_context
+
+    def output_length(self, lengths):
+        """Encoder frames for ``lengths`` feature frames (int or int tensor)."""
+        return self.subsampling.output_length(lengths)
+
+    def set_cmvn(self, mean: torch.Tensor, istd: torch.Tensor) -> None:
+        """Fill the global CMVN buffers: features become ``(x - mean) * istd``. Both (F,)."""
+        mean, istd = torch.as_tensor(mean), torch.as_tensor(istd)
+        if mean.shape != (self.input_dim,) or istd.shape != (self.input_dim,):
+            raise ValueError(
+                f"cmvn mean {tuple(mean.shape)} and istd {tuple(istd.shape)} must both be ({self.input_dim},)."
+            )
+        self.cmvn_mean.copy_(mean)
+        self.cmvn_istd.copy_(istd)
+
+    def _check_feats(self, feats: torch.Tensor) -> None:
+        if feats.dim() != 3 or feats.size(2) != self.input_dim:
+            raise ValueError(f"feats must be (B, T, {self.input_dim}); got {tuple(feats.shape)}.")
+
+    def _embed(self, feats: torch.Tensor) -> torch.Tensor:
+        """Normalized feats (B, T, F) -> scaled subsampled frames (B, T', D) (no positions yet)."""
+        return self.subsampling(feats) * self.scale
+
+    def forward(
+        self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a padded batch, full context or with a chunk mask.
+
+        Args:
+            feats: (B, T, F) zero-padded features.
+            lengths: (B,) valid frames per row.
+            chunk_size: C encoder frames per chunk; 0 = full context.
+            left_chunks: chunks of left context, -1 = unlimited.
+        Returns:
+            out (B, T', D) and out_lens (B,) int64; frames past out_lens are padding.
+        """
+        check_chunk_args(chunk_size, left_chunks)
+        self._check_feats(feats)
+        if lengths.shape != (feats.size(0),):
+            raise ValueError(f"lengths {tuple(lengths.shape)} must be ({feats.size(0)},) for feats {tuple(feats.shape)}.")
+        if lengths.numel() and int(lengths.max()) > feats.size(1):
+            raise ValueError(f"lengths max ({int(lengths.max())}) exceeds the feature length ({feats.size(1)}).")
+        x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
+        out_lens = self.output_length(lengths.long())  # (B,)
+        x = self.dropout(self.scheme.embed_input(x, 0))
+        mask = attention_mask(out_lens, x.size(1), chunk_size, left_chunks)  # (B, T', T')
+        pad = padding_mask(out_lens, x.size(1))  # (B, T')
+        for block in self.blocks:
+            x, _, _ = block(x, mask, pad)
+        return self.norm(x), out_lens
+
+    # ---- streaming -------------------------------------------------------------
+
+    def init_state(self, batch_size: int, chunk_size: int, left_chunks: int = -1) -> StreamState:
+        """Fresh state for ``batch_size`` lock-step streams (see ``asr.streaming.state``)."""
+        if not self.causal:
+            raise ValueError("streaming needs a causal conv module; this encoder was built with causal=False.")
+        check_chunk_args(chunk_size, left_chunks)
+        if chunk_size == 0:
+            raise ValueError("streaming needs chunk_size > 0 (0 means full context, which cannot stream).")
+        if batch_size < 1:
+            raise ValueError(f"batch_size ({batch_size}) must be >= 1.")
+        layers = [LayerCache() for _ in self.blocks]
+        return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers)
+
+    def stream_step(
+        self, feats: torch.Tensor, state: StreamState, final: bool = False
+    ) -> tuple[torch.Tensor, StreamState]:
+        """Feed n >= 0 new feature frames; return the encoder frames they complete.
+
+        Args:
+            feats: (B, n, F) raw features (CMVN is applied here).
+            state: from :meth:`init_state` or the previous call; updated in place.
+            final: end of stream: also encode the last partial chunk.
+        Returns:
+            out (B, n', D): whole chunks completed by this call (plus the partial
+            last chunk when final), and the state.
+        """
+        if state.finished:
+            raise ValueError("this stream was finished (final=True); start a new one with init_state().")
+        self._check_feats(feats)
+        if feats.size(0) != state.batch_size:
+            raise ValueError(f"feats batch ({feats.size(0)}) differs from the stream's batch_size ({state.batch_size}).")
+        if len(state.layers) != len(self.blocks):
+            raise ValueError(f"state has {len(state.layers)} layer caches; the encoder has {len(self.blocks)} blocks.")
+        self._subsample_new(feats, state)
+        outputs = []
+        C = state.chunk_size
+        while state.pending is not None and (state.pending.size(1) >= C or final):
+            chunk, rest = state.pending[:, :C], state.pending[:, C:]
+            state.pending = rest if rest.size(1) > 0 else None
+            outputs.append(self._encode_chunk(chunk, state))
+        if final:
+            state.finished = True
+            state.feats = None
+        if outputs:
+            return torch.cat(outputs, dim=1), state  # (B, n', D)
+        return feats.new_zeros(state.batch_size, 0, self.d_model), state
+
+    def _subsample_new(self, feats: torch.Tensor, state: StreamState) -> None:
+        """Append normalized feats to the buffer and move every complete subsampled frame to ``pending``."""
+        if feats.size(1) > 0:
+            feats = (feats - self.cmvn_mean) * self.cmvn_istd  # (B, n, F)
+            state.feats = feats if state.feats is None else torch.cat([state.feats, feats], dim=1)
+        if state.feats is None:
+            return
+        sub = self.subsampling
+        n_out = sub.output_length(state.feats.size(1))
+        if n_out == 0:
+            return
+        # Output t needs input frames [rate*t, rate*t + window); consume exactly those.
+        used = sub.window + sub.rate * (n_out - 1)
+        y = self._embed(state.feats[:, :used])  # (B, n_out, D)
+        rest = state.feats[:, sub.rate * n_out :]
+        state.feats = rest if rest.size(1) > 0 else None
+        state.pending = y if state.pending is None else torch.cat([state.pending, y], dim=1)
+
+    def _encode_chunk(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
+        """Run one chunk (B, c, D), c <= C, at absolute time ``state.time`` through all blocks."""
+        x = self.dropout(self.scheme.embed_input(x, state.time))
+        for block, cache in zip(self.blocks, state.layers):
+            attn_cache = None if cache.key is None else (cache.key, cache.value)
+            x, kv, cache.conv = block(x, None, None, attn_cache, cache.conv)
+            cache.store_attention(kv, state.cache_budget)
+        state.time += x.size(1)
+        return self.norm(x)
+
+
+def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
+    """Build a :class:`ConformerEncoder` (the factory configs and checkpoints call).
+
+    ``pos_enc`` is one of :data:`asr.model.positions.POSITION_SCHEMES`; every
+    other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
+    d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
+    causal=True, subsampling=4, dropout=0.0, xscale=True) or a scheme option
+    (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
+    """
+    return ConformerEncoder(pos_enc, **kwargs)
