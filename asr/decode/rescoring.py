@@ -1,0 +1,42 @@
+"""Attention rescoring (U2 / U2++ second pass) of a CTC n-best list.
+
+Axis legend: N hypotheses, T' encoder frames, D model dim.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.no_grad()
+def rescoring_scores(
+    model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
+    reverse_weight: float,
+) -> torch.Tensor:
+    """Combined score of each n-best entry.
+
+    ``attention(y) + ctc_weight * ctc(y)`` where attention(y) mixes the
+    left-to-right and right-to-left decoder log-likelihoods (eos included)
+    by ``reverse_weight`` (see ``AsrModel.score_hypotheses``).
+
+    Args:
+        enc_out: (1, T', D); enc_len: int or (1,) tensor.
+        nbest: (tokens, CTC log-probability) pairs, e.g. from ``ctc_prefix_beam_search``.
+    Returns:
+        (N,) float64 scores.
+    """
+    hyps = [h for h, _ in nbest]
+    att = model.score_hypotheses(enc_out, enc_len, hyps, reverse_weight=reverse_weight).double()  # (N,)
+    ctc = torch.tensor([s for _, s in nbest], dtype=torch.float64, device=att.device)  # (N,)
+    return att + ctc_weight * ctc
+
+
+def attention_rescoring(
+    model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
+    reverse_weight: float,
+) -> list[int]:
+    """The n-best entry with the best combined score ([] for an empty list)."""
+    if not nbest:
+        return []
+    scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight)
+    return list(nbest[int(scores.argmax())][0])
