@@ -1,0 +1,142 @@
+"""Rebuilding models from Lightning checkpoints, without Hydra; checkpoint averaging.
+
+A training checkpoint carries everything needed to use the model elsewhere:
+
+- ``hyper_parameters["model_kwargs"]``: the plain keyword arguments of
+  ``asr.model.asr_model.build_asr_model`` (vocab size and special ids included, as read
+  from the tokenizer model when training started);
+- ``hyper_parameters["cfg"]``: the resolved training config (data dir, chunk settings);
+- ``asr_tokenizer_files``: the bytes of the tokenizer files, so a checkpoint copied to
+  another machine still decodes to text.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+TOKENIZER_KEY = "asr_tokenizer_files"
+_MODEL_PREFIX = "model."
+
+
+def model_kwargs_from_config(model_cfg: dict, pos_enc_cfg: dict, tokenizer: Any) -> dict:
+    """Plain ``build_asr_model`` kwargs from the ``model`` and ``pos_enc`` config groups.
+
+    ``pos_enc_cfg`` is ``{"name": scheme, **scheme options}``; vocab size and the
+    special ids come from the tokenizer, never from YAML.
+    """
+    model_cfg, pos_enc_cfg = dict(model_cfg), dict(pos_enc_cfg)
+    if "name" not in pos_enc_cfg:
+        raise ValueError(f"pos_enc config {pos_enc_cfg} has no 'name' (the position scheme).")
+    scheme = pos_enc_cfg.pop("name")
+    encoder_kwargs = {**dict(model_cfg.pop("encoder")), "pos_enc": scheme, **pos_enc_cfg}
+    return {
+        "vocab_size": int(tokenizer.vocab_size),
+        "sos_eos_id": int(tokenizer.sos_eos_id),
+        "blank_id": int(tokenizer.blank_id),
+        "encoder_kwargs": encoder_kwargs,
+        **model_cfg,
+    }
+
+
+def pack_tokenizer(tokenizer_path: str | Path) -> dict:
+    """``{"name": str, "is_dir": bool, "files": {file name: bytes}}`` for a tokenizer
+    model file or a folder of them (one level)."""
+    path = Path(tokenizer_path)
+    if path.is_dir():
+        files = {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+    elif path.is_file():
+        files = {path.name: path.read_bytes()}
+    else:
+        raise FileNotFoundError(f"tokenizer path {str(path)!r} does not exist.")
+    return {"name": path.name, "is_dir": path.is_dir(), "files": files}
+
+
+def unpack_tokenizer(packed: dict) -> Any:
+    """Load the tokenizer stored by :func:`pack_tokenizer` (via a temporary folder)."""
+    from asr.data.tokenizer import load_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="asr_tok_") as tmp:
+        folder = Path(tmp) / packed["name"] if packed["is_dir"] else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in packed["files"].items():
+            (folder / name).write_bytes(data)
+        return load_tokenizer(folder if packed["is_dir"] else folder / packed["name"])
+
+
+def read_checkpoint(ckpt_path: str | Path) -> dict:
+    """``torch.load`` a Lightning checkpoint on CPU with a clear error for a bad path."""
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
+    # weights_only=False: Lightning checkpoints hold plain Python objects (callback state).
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """The AsrModel's own state dict (LightningModule prefix ``model.`` removed)."""
+    return {
+        k[len(_MODEL_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(_MODEL_PREFIX)
+    }
+
+
+def load_model(ckpt_path: str | Path) -> tuple[torch.nn.Module, Any, DictConfig]:
+    """Rebuild the trained AsrModel (eval mode, CPU), its tokenizer and training config.
+
+    Returns:
+        (model, tokenizer, cfg) where cfg is the resolved training config.
+    """
+    from asr.model.asr_model import build_asr_model
+
+    checkpoint = read_checkpoint(ckpt_path)
+    hparams = checkpoint.get("hyper_parameters", {})
+    if "model_kwargs" not in hparams:
+        raise ValueError(
+            f"checkpoint {str(ckpt_path)!r} has no hyper_parameters['model_kwargs']: "
+            "it was not written by asr.train (keys: " + ", ".join(sorted(hparams)) + ")."
+        )
+    model = build_asr_model(**hparams["model_kwargs"])
+    model.load_state_dict(model_state_dict(checkpoint))
+    model.eval()
+    if TOKENIZER_KEY in checkpoint:
+        tokenizer = unpack_tokenizer(checkpoint[TOKENIZER_KEY])
+    else:
+        from asr.data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(hparams["tokenizer_path"])
+    return model, tokenizer, OmegaConf.create(hparams.get("cfg", {}))
+
+
+def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the ``state_dict`` of several checkpoints.
+
+    Floating tensors are averaged in float64 and cast back; integer tensors (counters)
+    are taken from the last checkpoint. Raises ValueError on mismatched keys or shapes.
+    """
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint path.")
+    total: dict[str, torch.Tensor] = {}
+    last: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = read_checkpoint(path)["state_dict"]
+        if total and set(state) != set(total):
+            diff = sorted(set(state) ^ set(total))[:5]
+            raise ValueError(f"checkpoint {str(path)!r} has different keys than {str(paths[0])!r}: {diff} ...")
+        for key, value in state.items():
+            if key in total and total[key].shape != value.shape:
+                raise ValueError(
+                    f"{key}: shape {tuple(value.shape)} in {str(path)!r} != {tuple(total[key].shape)}."
+                )
+            if value.is_floating_point():
+                total[key] = total[key] + value.double() if key in total else value.double()
+            else:
+                total[key] = value
+        last = state
+    return {
+        k: (total[k] / len(paths)).to(last[k].dtype) if last[k].is_floating_point() else last[k]
+        for k in total
+    }

@@ -1,0 +1,68 @@
+"""Dynamic chunk sampling for U2-style training (one draw per training batch).
+
+The encoder never samples: the LightningModule draws ``(chunk_size, left_chunks)``
+here and passes them to the model. The draws come from a private ``torch.Generator``
+seeded from the config, so they do not touch (or depend on) the global RNG, and its
+state is saved in checkpoints so a resumed run continues the same sequence. Every DDP
+rank uses the same seed, hence the same chunk shape per step, which keeps the ranks'
+step times balanced.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class DynamicChunkSampler:
+    """Draws the attention context of one training batch.
+
+    With probability ``p_full`` the batch trains full-context: ``(0, -1)``. Otherwise
+    ``chunk_size`` is uniform in ``[1, max_chunk]`` encoder frames and ``left_chunks``
+    is -1 (unlimited) with probability ``p_unlimited_left``, else uniform in
+    ``[0, max_left]``.
+    """
+
+    def __init__(
+        self,
+        p_full: float = 0.5,
+        max_chunk: int = 25,
+        max_left: int = 8,
+        p_unlimited_left: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        for name, p in (("p_full", p_full), ("p_unlimited_left", p_unlimited_left)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} ({p}) must be a probability in [0, 1].")
+        if max_chunk < 1:
+            raise ValueError(f"max_chunk ({max_chunk}) must be >= 1.")
+        if max_left < 0:
+            raise ValueError(f"max_left ({max_left}) must be >= 0.")
+        self.p_full = p_full
+        self.max_chunk = max_chunk
+        self.max_left = max_left
+        self.p_unlimited_left = p_unlimited_left
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _uniform(self) -> float:
+        return torch.rand((), generator=self.generator).item()
+
+    def _int(self, low: int, high: int) -> int:
+        """Uniform integer in [low, high]."""
+        return int(torch.randint(low, high + 1, (), generator=self.generator).item())
+
+    def sample(self) -> tuple[int, int]:
+        """Returns ``(chunk_size, left_chunks)``; ``(0, -1)`` means full context."""
+        # Always consume the same number of draws so the sequence does not depend on
+        # which branch earlier batches took.
+        u_full, u_left = self._uniform(), self._uniform()
+        chunk = self._int(1, self.max_chunk)
+        left = self._int(0, self.max_left)
+        if u_full < self.p_full:
+            return 0, -1
+        return chunk, (-1 if u_left < self.p_unlimited_left else left)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])

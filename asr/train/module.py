@@ -1,0 +1,180 @@
+"""LightningModule for CTC + attention (U2/U2++) training with dynamic chunks.
+
+The module receives a built ``AsrModel`` (any module with its API), an optimizer
+partial and plain schedule settings; it owns only what belongs to training: the
+per-batch chunk draw, the non-finite-loss guard, the LR schedule and validation
+metrics. Batches are ``asr.data.batch.Batch``: feats (B, T, F), feat_lens (B,),
+tokens (B, U) padded with -1, token_lens (B,), keys, texts.
+
+Non-finite losses under DDP: Lightning refuses a ``None`` from ``training_step`` when
+world_size > 1, because ranks that skip and ranks that do not would deadlock in the
+gradient all-reduce. Here every rank all-reduces a "bad loss" flag first; when any
+rank's loss is non-finite, every rank returns a zero loss that is detached from the
+parameters. Its backward then fires no DDP hooks on any rank (so no all-reduce is
+started anywhere), all gradients stay ``None`` after Lightning's ``zero_grad``, and
+AdamW skips parameters without gradients: the step changes nothing, on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from asr.decode import decode_batch
+from asr.train.checkpoint import TOKENIZER_KEY
+from asr.train.chunks import DynamicChunkSampler
+from asr.train.schedule import build_scheduler
+from asr.train.wer_sums import WerSums
+
+
+class AsrLightningModule(pl.LightningModule):
+    """Trains ``model`` with its hybrid loss ``model(feats, feat_lens, tokens, token_lens,
+    chunk_size, left_chunks)["loss"]``.
+
+    Args:
+        model: the AsrModel.
+        optimizer: ``params -> Optimizer`` (a Hydra ``_partial_`` AdamW).
+        tokenizer: turns hypothesis ids into text for the validation WER.
+        scheduler_kind / warmup_steps / total_steps / min_lr_ratio: see
+            ``asr.train.schedule.WarmupSchedule``; ``total_steps=None`` uses the
+            trainer's ``estimated_stepping_batches``.
+        p_full / max_chunk / max_left / p_unlimited_left / chunk_seed: dynamic chunk
+            training (``asr.train.chunks.DynamicChunkSampler``).
+        val_chunk_size / val_left_chunks: the streaming setting whose greedy CTC WER is
+            reported beside the full-context one (0 disables it).
+        build_info: plain data saved as hyper-parameters so that
+            ``asr.train.checkpoint.load_model`` can rebuild the model without Hydra.
+        tokenizer_files: ``asr.train.checkpoint.pack_tokenizer`` output, stored in every
+            checkpoint so it decodes to text wherever it is copied.
+        debug_nan_on_rank / debug_nan_at_step: test hook forcing a NaN loss on one rank
+            at one global step (-1: off).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        tokenizer: Any,
+        scheduler_kind: str = "noam",
+        warmup_steps: int = 25000,
+        total_steps: int | None = None,
+        min_lr_ratio: float = 0.0,
+        p_full: float = 0.5,
+        max_chunk: int = 25,
+        max_left: int = 8,
+        p_unlimited_left: float = 0.5,
+        chunk_seed: int = 0,
+        val_chunk_size: int = 16,
+        val_left_chunks: int = -1,
+        build_info: dict | None = None,
+        tokenizer_files: dict | None = None,
+        debug_nan_on_rank: int = -1,
+        debug_nan_at_step: int = -1,
+    ) -> None:
+        super().__init__()
+        if val_chunk_size < 0:
+            raise ValueError(f"val_chunk_size ({val_chunk_size}) must be >= 0 (0 disables it).")
+        self.save_hyperparameters(build_info or {})
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.tokenizer = tokenizer
+        self.schedule_args = (scheduler_kind, warmup_steps, total_steps, min_lr_ratio)
+        self.chunks = DynamicChunkSampler(p_full, max_chunk, max_left, p_unlimited_left, chunk_seed)
+        self.val_settings = {"val_wer": (0, -1)}
+        if val_chunk_size > 0:
+            self.val_settings[f"val_wer_chunk{val_chunk_size}"] = (val_chunk_size, val_left_chunks)
+        self.wer_sums = {name: WerSums() for name in self.val_settings}
+        self.tokenizer_files = tokenizer_files
+        self.debug_nan = (debug_nan_on_rank, debug_nan_at_step)
+        self.nonfinite_skips = 0
+        self.best_val_wer: float | None = None
+
+    # ------------------------------------------------------------------ training
+    def _any_rank_nonfinite(self, loss: torch.Tensor) -> bool:
+        """True on every rank when the loss is non-finite on at least one rank."""
+        bad = (~torch.isfinite(loss.detach())).float().reshape(1)
+        bad = self.trainer.strategy.reduce(bad, reduce_op="sum")
+        return bool(bad.item() > 0)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        chunk_size, left_chunks = self.chunks.sample()
+        out = self.model(
+            batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
+            chunk_size=chunk_size, left_chunks=left_chunks,
+        )
+        loss = out["loss"]
+        if (self.global_rank, self.global_step) == self.debug_nan:
+            loss = loss * float("nan")
+        batch_size = int(batch.feats.shape[0])
+        if self._any_rank_nonfinite(loss):
+            self.nonfinite_skips += 1
+            self.log("train_nonfinite_skips", float(self.nonfinite_skips), batch_size=batch_size)
+            # Detached zero: backward touches no parameter on any rank (see module doc).
+            return torch.zeros((), device=loss.device, requires_grad=True)
+        self.log("train_loss", loss.detach(), prog_bar=True, batch_size=batch_size)
+        for name in ("loss_ctc", "loss_att", "loss_r2l"):
+            if name in out and out[name] is not None:
+                self.log(f"train_{name}", out[name].detach().float(), batch_size=batch_size)
+        self.log("train_chunk_size", float(chunk_size), batch_size=batch_size)
+        return loss
+
+    def configure_optimizers(self) -> dict:
+        optimizer = self.optimizer_factory(params=self.model.parameters())
+        kind, warmup, total, min_ratio = self.schedule_args
+        if kind == "cosine" and total is None:
+            estimated = self.trainer.estimated_stepping_batches
+            if estimated == float("inf"):
+                raise ValueError(
+                    "cosine schedule needs optim.scheduler.total_steps or trainer.max_steps "
+                    f"(estimated_stepping_batches is {estimated})."
+                )
+            total = int(estimated)
+        scheduler = build_scheduler(optimizer, kind, warmup, total, min_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ---------------------------------------------------------------- validation
+    def on_validation_epoch_start(self) -> None:
+        for sums in self.wer_sums.values():
+            sums.reset()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        batch_size = int(batch.feats.shape[0])
+        out = self.model(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens)
+        self.log("val_loss", out["loss"].float(), batch_size=batch_size, sync_dist=True, prog_bar=True)
+        for name, (chunk_size, left_chunks) in self.val_settings.items():
+            hyps = decode_batch(
+                self.model, batch.feats, batch.feat_lens, "ctc_greedy",
+                chunk_size=chunk_size, left_chunks=left_chunks,
+            )
+            for ref, hyp in zip(batch.texts, hyps):
+                self.wer_sums[name].add(ref, self.tokenizer.decode(hyp))
+
+    def on_validation_epoch_end(self) -> None:
+        for name, sums in self.wer_sums.items():
+            totals = self.trainer.strategy.reduce(sums.as_tensor(self.device), reduce_op="sum")
+            wer = WerSums.rate(totals)
+            # Already summed over ranks: logging must not average again.
+            self.log(name, wer, prog_bar=name == "val_wer", sync_dist=False)
+            if name == "val_wer" and not self.trainer.sanity_checking:
+                self.best_val_wer = wer if self.best_val_wer is None else min(self.best_val_wer, wer)
+
+    # --------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.tokenizer_files is not None:
+            checkpoint[TOKENIZER_KEY] = self.tokenizer_files
+        checkpoint["asr_training_state"] = {
+            "chunk_sampler": self.chunks.state_dict(),
+            "nonfinite_skips": self.nonfinite_skips,
+            "best_val_wer": self.best_val_wer,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("asr_training_state")
+        if state is None:
+            return
+        self.chunks.load_state_dict(state["chunk_sampler"])
+        self.nonfinite_skips = int(state["nonfinite_skips"])
+        self.best_val_wer = state["best_val_wer"]

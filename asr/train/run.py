@@ -1,0 +1,169 @@
+"""``train(cfg)``: build data, model and Trainer from the composed Hydra config and fit.
+
+This is the plain function behind ``scripts/train.py`` (which only adds ``@hydra.main``);
+tests call it with the real configs shrunk. Hydra builds objects only at the seams
+(data module, optimizer partial, trainer, callbacks, loggers); the model is built from
+plain kwargs so a checkpoint can rebuild it without Hydra.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
+from asr.train.module import AsrLightningModule
+
+
+def load_cmvn(data_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean (F,), istd (F,)) from ``<data_dir>/cmvn.json``."""
+    path = Path(data_dir) / "cmvn.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: global CMVN stats are computed by scripts/prepare_data.py."
+        )
+    stats = json.loads(path.read_text())
+    mean = torch.tensor(stats["mean"], dtype=torch.float32)
+    istd = torch.tensor(stats["istd"], dtype=torch.float32)
+    if not (torch.isfinite(mean).all() and torch.isfinite(istd).all()):
+        raise ValueError(f"{path} holds non-finite CMVN statistics.")
+    return mean, istd
+
+
+def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str | None:
+    """The checkpoint to resume from: explicit ``ckpt_path``, else ``last.ckpt`` of the
+    run folder when ``resume`` is set and it exists (a fresh start otherwise)."""
+    if ckpt_path:
+        if not Path(ckpt_path).is_file():
+            raise FileNotFoundError(f"ckpt_path {ckpt_path!r} does not exist.")
+        return str(ckpt_path)
+    last = out_dir / "checkpoints" / "last.ckpt"
+    if resume and last.is_file():
+        return str(last)
+    if resume:
+        print(f"resume=true but {last} does not exist: starting from scratch.")
+    return None
+
+
+def _instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate every entry of a callbacks/logger group that has a ``_target_``."""
+    if not group:
+        return []
+    return [instantiate(node) for node in group.values() if node and "_target_" in node]
+
+
+def plain_config(cfg: DictConfig) -> dict:
+    """The resolved config as plain data, without the ``hydra`` node (saved in checkpoints)."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    data.pop("hydra", None)
+    return data
+
+
+def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
+    """The model (CMVN filled from the data dir) wrapped in the LightningModule."""
+    from asr.model.asr_model import build_asr_model
+
+    model_kwargs = model_kwargs_from_config(
+        OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.pos_enc, resolve=True),
+        tokenizer,
+    )
+    model = build_asr_model(**model_kwargs)
+    model.encoder.set_cmvn(*load_cmvn(cfg.data.data_dir))
+    sched, stream = cfg.optim.scheduler, cfg.streaming
+    debug = cfg.get("debug") or {}
+    return AsrLightningModule(
+        model=model,
+        optimizer=instantiate(cfg.optim.optimizer),
+        tokenizer=tokenizer,
+        scheduler_kind=sched.kind,
+        warmup_steps=sched.warmup_steps,
+        total_steps=sched.total_steps,
+        min_lr_ratio=sched.min_lr_ratio,
+        p_full=stream.p_full,
+        max_chunk=stream.max_chunk,
+        max_left=stream.max_left,
+        p_unlimited_left=stream.p_unlimited_left,
+        chunk_seed=cfg.seed,
+        val_chunk_size=stream.val_chunk_size,
+        val_left_chunks=stream.val_left_chunks,
+        build_info={
+            "model_kwargs": model_kwargs,
+            "tokenizer_path": str(cfg.data.tokenizer_path),
+            "cfg": plain_config(cfg),
+        },
+        tokenizer_files=pack_tokenizer(cfg.data.tokenizer_path),
+        debug_nan_on_rank=debug.get("nan_on_rank", -1),
+        debug_nan_at_step=debug.get("nan_at_step", -1),
+    )
+
+
+def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and cb.monitor:
+            score = None if cb.best_model_score is None else float(cb.best_model_score)
+            return (cb.best_model_path or None), score
+    return None, None
+
+
+def format_summary(summary: dict) -> str:
+    """Human-readable end-of-run report."""
+    wer = summary["best_val_wer"]
+    lines = [
+        "=" * 64,
+        f"run folder      : {summary['out_dir']}",
+        f"checkpoints     : {summary['checkpoint_dir']}",
+        f"best checkpoint : {summary['best_checkpoint']}",
+        f"logs            : {', '.join(summary['log_dirs']) or '(no logger)'}",
+        f"best val WER    : {'n/a' if wer is None else f'{100 * wer:.2f}%'}",
+        f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
+        f"time            : {summary['seconds']:.1f} s",
+        f"non-finite skips: {summary['nonfinite_skips']}",
+        "skipped utts    : "
+        + (", ".join(f"{k}={v}" for k, v in sorted(summary["skipped_utterances"].items())) or "none"),
+        "=" * 64,
+    ]
+    return "\n".join(lines)
+
+
+def train(cfg: DictConfig) -> dict:
+    """Fit the model described by ``cfg``; returns (and prints on rank 0) a run summary."""
+    start = time.monotonic()
+    pl.seed_everything(cfg.seed, workers=True)
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    datamodule = instantiate(cfg.data)
+    module = build_module(cfg, datamodule.tokenizer)
+    callbacks = _instantiate_all(cfg.get("callbacks"))
+    loggers = _instantiate_all(cfg.get("logger"))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+
+    best_path, best_score = _best_checkpoint(trainer)
+    summary = {
+        "out_dir": str(out_dir),
+        "checkpoint_dir": str(out_dir / "checkpoints"),
+        "best_checkpoint": best_path,
+        "log_dirs": [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)],
+        "best_val_wer": best_score if best_score is not None else module.best_val_wer,
+        "global_step": int(trainer.global_step),
+        "epochs": int(trainer.current_epoch),
+        "seconds": time.monotonic() - start,
+        "nonfinite_skips": int(module.nonfinite_skips),
+        "skipped_utterances": dict(datamodule.skip_report()),
+        "resumed_from": ckpt_path,
+    }
+    if trainer.is_global_zero:
+        (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2))
+        print(format_summary(summary))
+    return summary

@@ -1,0 +1,73 @@
+"""Learning-rate schedules stepped once per optimizer step.
+
+Each schedule is a picklable callable ``step -> factor`` used with
+``torch.optim.lr_scheduler.LambdaLR``: the optimizer's configured ``lr`` is the peak,
+reached at the end of the linear warmup. A callable object (not a closure) keeps
+``LambdaLR.state_dict()`` complete, so resumed runs continue the same curve.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SCHEDULE_KINDS = ("noam", "cosine", "constant")
+
+
+class WarmupSchedule:
+    """Linear warmup from 0 to 1, then one of:
+
+    - ``noam``: inverse square root, ``sqrt(warmup / step)`` (Wenet's WarmupLR shape);
+    - ``cosine``: half cosine from 1 to ``min_lr_ratio`` at ``total_steps``, flat after;
+    - ``constant``: 1.
+    """
+
+    def __init__(
+        self,
+        kind: str = "noam",
+        warmup_steps: int = 25000,
+        total_steps: int | None = None,
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        if kind not in SCHEDULE_KINDS:
+            raise ValueError(f"scheduler kind {kind!r} is not one of {SCHEDULE_KINDS}.")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps ({warmup_steps}) must be >= 0.")
+        if kind == "cosine" and (total_steps is None or total_steps <= warmup_steps):
+            raise ValueError(
+                f"cosine schedule needs total_steps ({total_steps}) > warmup_steps ({warmup_steps})."
+            )
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio ({min_lr_ratio}) must be in [0, 1].")
+        self.kind = kind
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+
+    def __call__(self, step: int) -> float:
+        # LambdaLR calls with the number of steps already taken; +1 so the very first
+        # update uses a non-zero learning rate.
+        step = step + 1
+        if self.warmup_steps > 0 and step <= self.warmup_steps:
+            return step / self.warmup_steps
+        if self.kind == "constant":
+            return 1.0
+        if self.kind == "noam":
+            return math.sqrt(max(self.warmup_steps, 1) / step)
+        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    kind: str,
+    warmup_steps: int,
+    total_steps: int | None,
+    min_lr_ratio: float,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR over ``WarmupSchedule``; call ``.step()`` after every optimizer step."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, WarmupSchedule(kind, warmup_steps, total_steps, min_lr_ratio)
+    )

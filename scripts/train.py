@@ -1,0 +1,38 @@
+"""Train a streaming Conformer ASR model from the Hydra configs in conf/.
+
+Usage (from the repository root):
+    python scripts/train.py                                   # experiment=quickstart (synth, CPU)
+    python scripts/train.py pos_enc=shaw pos_enc.max_distance=16
+    python scripts/train.py -m pos_enc=rel_xl,shaw,abs_sin,abs_learned,rel_bias,rope,none
+    python scripts/train.py experiment=librispeech_u2pp trainer.devices=8 trainer.num_nodes=2
+    python scripts/train.py resume=true                       # continue exp/<run>/checkpoints/last.ckpt
+    python scripts/train.py ckpt_path=exp/x/checkpoints/last.ckpt
+    python scripts/train.py --help                            # config groups and options
+
+Runs go to exp/<experiment>_<pos_enc>/ (multirun: exp/multirun/...): checkpoints/,
+tensorboard/, csv/, .hydra/ and train_summary.json.
+"""
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+# Allow `python scripts/train.py` from a checkout that is not pip-installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asr.train.run import train  # noqa: E402
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    summary = train(cfg)
+    # Returned for Hydra sweepers that optimise a metric.
+    return summary["best_val_wer"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+import functools
+import json
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from asr.train.module import AsrLightningModule
+from asr.train.trace import BatchTrace, parameter_checksum
+
+from helpers import LetterTokenizer, random_batches, tiny_model
+
+
+def _loader(batches):
+    return torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
+
+
+def _module(**kwargs):
+    torch.manual_seed(0)
+    return AsrLightningModule(
+        model=tiny_model(),
+        optimizer=functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.01),
+        tokenizer=LetterTokenizer(),
+        warmup_steps=2,
+        max_chunk=4,
+        val_chunk_size=2,
+        **kwargs,
+    )
+
+
+def _trainer(tmp_path, callbacks=(), **kwargs):
+    return pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        gradient_clip_val=5.0, callbacks=list(callbacks), num_sanity_val_steps=0, **kwargs,
+    )
+
+
+def test_forced_nan_skips_the_step_and_is_counted(tmp_path):
+    module = _module(debug_nan_on_rank=0, debug_nan_at_step=1)
+    trainer = _trainer(tmp_path, callbacks=[BatchTrace(str(tmp_path / "trace"))])
+    trainer.fit(module, train_dataloaders=_loader(random_batches(3)))
+    records = [json.loads(line) for line in open(tmp_path / "trace" / "trace_rank0.jsonl")]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    moved = [r["checksum_before"] != r["checksum_after"] for r in records]
+    assert moved == [True, False, True]
+    assert module.nonfinite_skips == 1
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+def test_validation_logs_loss_and_both_wers(tmp_path):
+    module = _module()
+    trainer = _trainer(tmp_path, limit_train_batches=2)
+    trainer.fit(module, train_dataloaders=_loader(random_batches(2)),
+                val_dataloaders=_loader(random_batches(2, seed=1)))
+    metrics = trainer.callback_metrics
+    assert {"val_loss", "val_wer", "val_wer_chunk2"} <= set(metrics)
+    assert torch.isfinite(metrics["val_loss"])
+    # An untrained model gets words wrong; the best-so-far tracker holds the same value.
+    assert float(metrics["val_wer"]) > 0.0
+    assert module.best_val_wer == pytest.approx(float(metrics["val_wer"]))
+
+
+def test_chunk_draws_reach_the_model(tmp_path, monkeypatch):
+    module = _module(p_full=0.0, p_unlimited_left=0.0)
+    seen = []
+    forward = module.model.forward
+
+    def spy(*args, chunk_size=0, left_chunks=-1, **kwargs):
+        seen.append((chunk_size, left_chunks))
+        return forward(*args, chunk_size=chunk_size, left_chunks=left_chunks, **kwargs)
+
+    monkeypatch.setattr(module.model, "forward", spy)
+    _trainer(tmp_path).fit(module, train_dataloaders=_loader(random_batches(4)))
+    assert len(seen) == 4
+    assert all(1 <= c <= 4 and 0 <= left <= 8 for c, left in seen)
+
+
+def test_lr_follows_warmup_per_optimizer_step(tmp_path):
+    module = _module()
+    lrs = []
+
+    class Spy(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    _trainer(tmp_path, callbacks=[Spy()]).fit(module, train_dataloaders=_loader(random_batches(4)))
+    # warmup 2 then inverse sqrt: factors 1/2, 1, sqrt(2/3), sqrt(2/4)
+    assert lrs == pytest.approx([1e-3 * f for f in (0.5, 1.0, (2 / 3) ** 0.5, 0.5 ** 0.5)])
+
+
+def test_bad_val_chunk_raises():
+    with pytest.raises(ValueError, match=r"val_chunk_size \(-1\)"):
+        AsrLightningModule(
+            model=tiny_model(), optimizer=torch.optim.AdamW, tokenizer=LetterTokenizer(), val_chunk_size=-1)
+
+
+def test_parameter_checksum_changes_with_parameters():
+    model = tiny_model()
+    before = parameter_checksum(model)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert parameter_checksum(model) != before

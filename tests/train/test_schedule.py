@@ -1,0 +1,43 @@
+import math
+
+import pytest
+import torch
+
+from asr.train.schedule import WarmupSchedule, build_scheduler
+
+
+def test_noam_peaks_at_warmup_then_decays_as_inverse_sqrt():
+    s = WarmupSchedule("noam", warmup_steps=100)
+    assert s(0) == pytest.approx(1 / 100)
+    assert s(99) == pytest.approx(1.0)
+    assert s(399) == pytest.approx(math.sqrt(100 / 400))
+    assert all(s(i) < s(i + 1) for i in range(99))
+
+
+def test_cosine_reaches_min_ratio_and_stays():
+    s = WarmupSchedule("cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    assert s(9) == pytest.approx(1.0)
+    assert s(59) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert s(109) == pytest.approx(0.1)
+    assert s(500) == pytest.approx(0.1)
+
+
+def test_bad_settings_raise_with_values():
+    with pytest.raises(ValueError, match="'linear'"):
+        WarmupSchedule("linear")
+    with pytest.raises(ValueError, match=r"total_steps \(None\)"):
+        WarmupSchedule("cosine", warmup_steps=10)
+
+
+def test_scheduler_state_round_trips():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([p], lr=1.0)
+    sched = build_scheduler(opt, "noam", 4, None, 0.0)
+    for _ in range(6):
+        opt.step()
+        sched.step()
+    opt2 = torch.optim.AdamW([p], lr=1.0)
+    sched2 = build_scheduler(opt2, "noam", 1000, None, 0.0)
+    sched2.load_state_dict(sched.state_dict())
+    assert sched2.lr_lambdas[0].warmup_steps == 4
+    assert sched2.get_last_lr() == pytest.approx(sched.get_last_lr())
