@@ -26,9 +26,10 @@ from asr.ablation.results import (
     write_marker,
 )
 from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training
+from asr.model.positions import POSITION_SCHEMES
 
-# The encoder's position schemes (DESIGN.md section 1), in report order.
-ALL_SCHEMES: tuple[str, ...] = ("rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none")
+# The encoder's position schemes, in report order (the model validates names in one place).
+ALL_SCHEMES: tuple[str, ...] = POSITION_SCHEMES
 
 # evaluate(run_dir, checkpoint) -> (metrics, metric_errors); see asr.ablation.evaluate.
 EvaluateFn = Callable[[Path, Path], tuple[dict[str, float | None], dict[str, str]]]

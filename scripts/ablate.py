@@ -1,0 +1,114 @@
+"""Ablation of the encoder's position schemes: train each on the same data and budget, report.
+
+Usage (from the repository root):
+    python scripts/ablate.py                                          # all 7 schemes, default budget
+    python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20   # two-scheme smoke, minutes
+    python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
+    python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
+
+Each scheme trains in its own subprocess (scripts/train.py with pos_enc=<scheme>,
+hydra.run.dir=<out>/<scheme>), then its last checkpoint is evaluated: WER on the
+test split full-context (attention rescoring, CTC greedy) and streaming (C16/L4,
+C4/L16), WER on the long split (length extrapolation), parameters, mean training
+step time, peak RSS of the training process and streaming RTF.
+
+Outputs in --out: report.md (table + notes), results.json, learning_curves.png,
+wer_by_scheme.png, speed_memory.png, and one folder per scheme. Re-running skips
+schemes that finished (<out>/<scheme>/ablation_result.json) and resumes a scheme
+whose training was interrupted from its checkpoints/last.ckpt. Failed schemes are
+shown as failed in the report and retried by the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+# Allow `python scripts/ablate.py` from a checkout that is not pip-installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asr.ablation.evaluate import EvalConfig, evaluate_checkpoint  # noqa: E402
+from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings  # noqa: E402
+from asr.ablation.step_timer import read_step_stats  # noqa: E402
+
+# Sized so that the seven default schemes, evaluation included, fit in about 90
+# minutes on a 2-core CPU (see the measurements in report.md of a default run).
+DEFAULT_BUDGET_STEPS = 600
+DEFAULT_BUDGET_MINUTES = 9.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--schemes", default=",".join(ALL_SCHEMES),
+                        help=f"comma-separated position schemes (default: all: {','.join(ALL_SCHEMES)})")
+    parser.add_argument("--budget-steps", type=int, default=None,
+                        help=f"optimizer steps per scheme (default {DEFAULT_BUDGET_STEPS} unless only "
+                             "--budget-minutes is given)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help=f"wall-clock training minutes per scheme, Lightning max_time (default "
+                             f"{DEFAULT_BUDGET_MINUTES:g} as a cap beside the step budget)")
+    parser.add_argument("--val-every", type=int, default=None,
+                        help="validate every N steps for the learning curves (default: budget/6)")
+    parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
+    parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
+    parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
+    parser.add_argument("--max-utts", type=int, default=200,
+                        help="test utterances decoded per WER column (default 200; 0 = all)")
+    parser.add_argument("--max-long-utts", type=int, default=40,
+                        help="long-split utterances decoded (default 40; 0 = all)")
+    parser.add_argument("--rtf-utts", type=int, default=10, help="test utterances streamed for the RTF")
+    parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam for attention rescoring")
+    parser.add_argument("--train-timeout-minutes", type=float, default=None,
+                        help="kill a training run after this long (default: 2x the minute budget + 5)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every training run")
+    args = parser.parse_args(argv)
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(f"extra arguments must be Hydra overrides key=value, got {bad}")
+    if args.budget_steps is None and args.budget_minutes is None:
+        args.budget_steps, args.budget_minutes = DEFAULT_BUDGET_STEPS, DEFAULT_BUDGET_MINUTES
+    if args.val_every is None and args.budget_steps is not None:
+        args.val_every = max(1, args.budget_steps // 6)
+    if args.train_timeout_minutes is None and args.budget_minutes is not None:
+        args.train_timeout_minutes = 2 * args.budget_minutes + 5
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
+    try:
+        settings = AblationSettings(
+            out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed,
+            budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
+            extra_overrides=tuple(args.overrides), train_timeout_minutes=args.train_timeout_minutes,
+        )
+        eval_cfg = EvalConfig(
+            data_dir=args.data_dir, max_utts=args.max_utts or None, max_long_utts=args.max_long_utts or None,
+            beam=args.beam, rtf_utts=args.rtf_utts,
+        )
+    except ValueError as err:
+        print(f"ablate: {err}", file=sys.stderr)
+        return 2
+    if not (Path(args.data_dir) / eval_cfg.test_cuts).is_file():
+        print(f"ablate: no {eval_cfg.test_cuts} in {args.data_dir}: build the corpus first "
+              "(scripts/prepare_data.py)", file=sys.stderr)
+        return 2
+
+    def evaluate(run_dir: Path, ckpt: Path):
+        return evaluate_checkpoint(ckpt, eval_cfg, out_dir=run_dir / "eval")
+
+    start = time.monotonic()
+    print(f"[ablate] {len(schemes)} scheme(s): {','.join(schemes)} -> {settings.out_dir}")
+    results = AblationRunner(settings, evaluate, read_step_stats).run()
+    print(f"[ablate] total {time.monotonic() - start:.0f} s")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
