@@ -1,0 +1,242 @@
+"""The embedded `synth` corpus: English sentences spoken by eSpeak NG voices.
+
+Determinism: every utterance is a pure function of (seed, split, index). Its
+sentence, voice and eSpeak noise seed come from `sentence_rng`, and eSpeak starts
+from pristine state for every sentence (see `asr.data.espeak`). Utterances are accepted strictly in index order until a
+split reaches its hours, so the pool size never changes the result.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio.transforms as T
+from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
+from tqdm import tqdm
+
+from asr.data.espeak import EspeakSynthesizer
+from asr.data.manifest import write_cuts
+from asr.data.sentences import SentenceGenerator, sentence_rng
+from asr.data.voices import check_voices_exist, draw_voice
+
+SAMPLE_RATE = 16000
+SPLITS = ("train", "dev", "test", "long")
+DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
+MAX_ATTEMPTS = 50
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    out_dir: str
+    seed: int = 0
+    train_hours: float = 6.0
+    dev_hours: float = 0.25
+    test_hours: float = 0.25
+    long_hours: float = 0.25
+    workers: int = 2
+
+    def hours(self, split: str) -> float:
+        return {"train": self.train_hours, "dev": self.dev_hours, "test": self.test_hours,
+                "long": self.long_hours}[split]
+
+
+@dataclass(frozen=True)
+class UtteranceMeta:
+    cut_id: str
+    audio_path: str  # relative to the corpus folder
+    text: str
+    voice: str
+    rate: int
+    pitch: int
+    num_samples: int
+
+
+# per-process worker state, set once by _init_worker
+_SYNTH: EspeakSynthesizer | None = None
+_GEN: SentenceGenerator | None = None
+
+
+def _init_worker() -> None:
+    global _SYNTH, _GEN
+    torch.set_num_threads(1)
+    _SYNTH = EspeakSynthesizer()
+    _GEN = SentenceGenerator()
+
+
+@lru_cache(maxsize=4)
+def _resampler(sample_rate: int) -> T.Resample:
+    # the transform caches its sinc kernel; building it dominates a functional call
+    return T.Resample(sample_rate, SAMPLE_RATE)
+
+
+def _to_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """(n,) int16 at sample_rate -> (n',) int16 at 16 kHz."""
+    wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)
+    wav = _resampler(sample_rate)(wav)
+    return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
+
+
+def _say(text: str, voice, rng) -> np.ndarray:
+    raw = _SYNTH.synthesize(text, voice.voice, voice.rate, voice.pitch, seed=rng.randrange(1, 2**31))
+    return _to_16k(raw, _SYNTH.sample_rate)
+
+
+def _short_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
+    low, high = DURATION_BOUNDS[split]
+    text = _GEN(rng)
+    voice = draw_voice(rng, split)
+    audio = _say(text, voice, rng)
+    return (text, voice, audio) if low <= len(audio) / SAMPLE_RATE <= high else None
+
+
+def _long_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
+    """Several sentences by one voice joined by short pauses, 20-60 s in all."""
+    low, high = DURATION_BOUNDS[split]
+    voice = draw_voice(rng, split)
+    target = rng.uniform(low + 5.0, high - 5.0)
+    texts, pieces, total = [], [], 0
+    for _ in range(200):
+        text = _GEN(rng)
+        audio = _say(text, voice, rng)
+        pause = np.zeros(int(rng.uniform(0.15, 0.5) * SAMPLE_RATE), dtype=np.int16)
+        if (total + len(pause) + len(audio)) / SAMPLE_RATE > high:
+            continue
+        texts.append(text)
+        pieces += [pause, audio] if pieces else [audio]
+        total += (len(pause) if len(pieces) > 1 else 0) + len(audio)
+        if total / SAMPLE_RATE >= target:
+            break
+    if total / SAMPLE_RATE < low:
+        return None
+    return " ".join(texts), voice, np.concatenate(pieces)
+
+
+def _make_utterance(job: tuple[int, str, int, str]) -> UtteranceMeta:
+    """Pool task: synthesize utterance `index` of `split` and write its FLAC file."""
+    seed, split, index, out_dir = job
+    make = _long_utterance if split == "long" else _short_utterance
+    for attempt in range(MAX_ATTEMPTS):
+        result = make(sentence_rng(seed, split, index, attempt), split)
+        if result is not None:
+            break
+    else:
+        raise RuntimeError(f"no {split} utterance within {DURATION_BOUNDS[split]} s after {MAX_ATTEMPTS} tries")
+    text, voice, audio = result
+    cut_id = f"{split}-{index:06d}"
+    rel_path = f"audio/{split}/{cut_id}.flac"
+    sf.write(Path(out_dir) / rel_path, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+    return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
+
+
+def _to_cut(meta: UtteranceMeta) -> MonoCut:
+    duration = meta.num_samples / SAMPLE_RATE
+    rec = Recording(
+        id=meta.cut_id, sources=[AudioSource(type="file", channels=[0], source=meta.audio_path)],
+        sampling_rate=SAMPLE_RATE, num_samples=meta.num_samples, duration=duration,
+    )
+    sup = SupervisionSegment(
+        id=meta.cut_id, recording_id=meta.cut_id, start=0.0, duration=duration, channel=0,
+        text=meta.text, language="en", speaker=meta.voice,
+    )
+    custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
+    return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
+                   supervisions=[sup], custom=custom)
+
+
+def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]:
+    """Synthesize one split; returns its cuts and the seconds of audio made."""
+    target = cfg.hours(split) * 3600.0
+    audio_dir = Path(cfg.out_dir) / "audio" / split
+    audio_dir.mkdir(parents=True, exist_ok=True)
+    for stale in audio_dir.glob("*.flac"):
+        stale.unlink()
+    mapper = pool.imap if pool is not None else map
+    metas: list[UtteranceMeta] = []
+    total = 0.0
+    next_index = 0
+    mean_guess = 40.0 if split == "long" else 3.5
+    with tqdm(total=round(target), unit="s", desc=f"synth {split}", leave=True) as bar:
+        while total < target:
+            # a bounded batch; results past the target are discarded so the split ends at the same index
+            n = max(2 * max(cfg.workers, 1), math.ceil((target - total) / mean_guess))
+            jobs = ((cfg.seed, split, i, cfg.out_dir) for i in range(next_index, next_index + n))
+            next_index += n
+            for meta in mapper(_make_utterance, jobs):
+                if total >= target:
+                    (Path(cfg.out_dir) / meta.audio_path).unlink()
+                    continue
+                metas.append(meta)
+                seconds = meta.num_samples / SAMPLE_RATE
+                total += seconds
+                bar.update(round(total) - bar.n)
+    return CutSet.from_cuts(_to_cut(m) for m in metas), total
+
+
+def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict:
+    """Build every split missing from `cfg.out_dir` (all of them with force) and the summary."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in SPLITS if force or not (out / f"cuts_{s}.jsonl.gz").is_file()]
+    made_seconds, started = 0.0, time.perf_counter()
+    if todo:
+        _init_worker()  # validates the library and voices in the parent before forking workers
+        check_voices_exist(_SYNTH.data_path)
+        pool = mp.get_context("fork").Pool(cfg.workers, initializer=_init_worker) if cfg.workers > 1 else None
+        try:
+            for split in todo:
+                if cfg.hours(split) <= 0:
+                    continue
+                cuts, seconds = build_split(cfg, split, pool)
+                write_cuts(cuts, out / f"cuts_{split}.jsonl.gz")
+                made_seconds += seconds
+        finally:
+            if pool is not None:
+                pool.close()
+                pool.join()
+    for split in SPLITS:
+        if split not in todo and (out / f"cuts_{split}.jsonl.gz").is_file():
+            log(f"{split}: already built (use --force to rebuild)")
+    elapsed = time.perf_counter() - started
+    summary = summarize_corpus(out, cfg.seed)
+    (out / "manifest_summary.json").write_text(_json(summary))
+    for split, info in summary["splits"].items():
+        log(f"{split:>5}: {info['utterances']:6d} utts  {info['hours']:.3f} h  {info['voices']:4d} voices  "
+            f"{info['distinct_words']:5d} distinct words  {info['min_duration']:.1f}-{info['max_duration']:.1f} s")
+    if made_seconds > 0:
+        log(f"synthesized {made_seconds / 3600:.3f} h in {elapsed:.1f} s = {made_seconds / elapsed:.0f}x real time "
+            f"({cfg.workers} workers)")
+    return summary
+
+
+def _json(obj) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def summarize_corpus(out_dir: str | Path, seed: int | None = None) -> dict:
+    """Per-split counts read back from the manifests (deterministic: no timings)."""
+    from lhotse import CutSet as _CutSet
+
+    splits = {}
+    for split in SPLITS:
+        path = Path(out_dir) / f"cuts_{split}.jsonl.gz"
+        if not path.is_file():
+            continue
+        cuts = list(_CutSet.from_file(path))
+        durations = [c.duration for c in cuts] or [0.0]
+        words = {w for c in cuts for s in c.supervisions for w in s.text.split()}
+        splits[split] = {
+            "utterances": len(cuts), "hours": round(sum(durations) / 3600, 4),
+            "voices": len({c.custom["voice"] for c in cuts}), "distinct_words": len(words),
+            "min_duration": round(min(durations), 3), "max_duration": round(max(durations), 3),
+        }
+    return {"corpus": "synth", "seed": seed, "sample_rate": SAMPLE_RATE, "splits": splits}
