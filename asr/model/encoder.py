@@ -160,10 +160,14 @@ class ConformerEncoder(nn.Module):
         layers = [LayerCache() for _ in self.blocks]
         return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers)
 
+    @torch.no_grad()
     def stream_step(
         self, feats: torch.Tensor, state: StreamState, final: bool = False
     ) -> tuple[torch.Tensor, StreamState]:
         """Feed n >= 0 new feature frames; return the encoder frames they complete.
+
+        Inference only: it runs without autograd, so the cached tensors never hold
+        a graph reaching back over the whole stream.
 
         Args:
             feats: (B, n, F) raw features (CMVN is applied here).
