@@ -140,3 +140,50 @@ def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:
         k: (total[k] / len(paths)).to(last[k].dtype) if last[k].is_floating_point() else last[k]
         for k in total
     }
+
+
+def top_k_checkpoints(run_dir: str | Path, k: int) -> list[tuple[Path, float]]:
+    """The ``k`` best checkpoints of a run by the monitored validation metric.
+
+    Reads the ModelCheckpoint records (``best_k_models``, ``best_model_score``) stored in
+    ``<run_dir>/checkpoints/last.ckpt``. Paths are looked up by file name in
+    ``<run_dir>/checkpoints`` so a moved run folder still works. Best first.
+    """
+    if k < 1:
+        raise ValueError(f"k ({k}) must be >= 1.")
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    last = read_checkpoint(ckpt_dir / "last.ckpt")
+    records = [
+        state for name, state in last.get("callbacks", {}).items()
+        if name.startswith("ModelCheckpoint") and state.get("best_k_models")
+    ]
+    if not records:
+        raise ValueError(f"{ckpt_dir / 'last.ckpt'} holds no ModelCheckpoint top-k records (no validation yet?).")
+    state = records[0]
+    # The record has no "mode": the callback's best score tells which end is best.
+    scores = [float(v) for v in state["best_k_models"].values()]
+    minimize = float(state["best_model_score"]) <= min(scores)
+    scored = []
+    for path, score in state["best_k_models"].items():
+        local = ckpt_dir / Path(path).name
+        if local.is_file():
+            scored.append((local, float(score)))
+    if not scored:
+        raise ValueError(f"none of the recorded top-k checkpoints exist under {ckpt_dir}.")
+    scored.sort(key=lambda item: item[1], reverse=not minimize)
+    return scored[:k]
+
+
+def write_averaged_checkpoint(paths: list[str | Path], out_path: str | Path) -> Path:
+    """Average ``paths`` into a checkpoint that :func:`load_model` reads.
+
+    The first checkpoint provides hyper-parameters and tokenizer; optimizer and loop
+    state are dropped (an averaged model is for decoding, not for resuming).
+    """
+    base = read_checkpoint(paths[0])
+    keep = {k: base[k] for k in ("hyper_parameters", TOKENIZER_KEY, "pytorch-lightning_version") if k in base}
+    averaged = {**keep, "state_dict": average_checkpoints(paths), "averaged_from": [str(p) for p in paths]}
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(averaged, out_path)
+    return out_path
