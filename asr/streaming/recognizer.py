@@ -1,0 +1,190 @@
+"""Chunk-by-chunk speech recognition: audio in, growing partial text out, rescored final text.
+
+Axis legend: n audio samples, T feature frames, F feature bins, T' encoder frames,
+D model dim, V vocab.
+
+Pipeline per ``accept_waveform`` call: audio buffer -> complete fbank frames
+(:class:`IncrementalFbank`) -> ``encoder.stream_step`` -> CTC log-probs ->
+:class:`~asr.decode.CtcPrefixBeamSearch`. ``finalize`` flushes the encoder
+(``final=True``) and rescores the CTC n-best with the attention decoder over all
+encoder frames of the utterance (U2 two-pass decoding).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
+from asr.decode.rescoring import attention_rescoring
+
+
+def _frame_shift_samples(extractor) -> int:
+    """Samples between frame starts, read off ``num_frames`` (the extractor's public API)."""
+    first = extractor.min_samples
+    for shift in range(1, 10 * first + 1):
+        if extractor.num_frames(first + shift) >= 2:
+            return shift
+    raise ValueError(f"cannot find the frame shift of {extractor!r} from num_frames().")
+
+
+class IncrementalFbank:
+    """Fbank frames of a growing audio stream, equal to the fbank of the whole audio.
+
+    Fbank frames are independent windows (start k * shift, length ``min_samples``),
+    so each call computes the frames the buffer completes and drops the samples
+    no later frame needs, keeping ``frame_length - frame_shift`` samples of overlap
+    (plus whatever has not reached a frame yet).
+    """
+
+    def __init__(self, extractor) -> None:
+        self.extractor = extractor
+        self.shift = _frame_shift_samples(extractor)
+        self._buffer = torch.zeros(0)
+
+    def reset(self) -> None:
+        self._buffer = torch.zeros(0)
+
+    @property
+    def buffered_samples(self) -> int:
+        return int(self._buffer.numel())
+
+    def accept(self, samples: torch.Tensor) -> torch.Tensor | None:
+        """samples (n,) float -> (T, F) new complete frames, or None when there are none yet."""
+        self._buffer = torch.cat([self._buffer, samples.reshape(-1).float()])
+        n_frames = self.extractor.num_frames(self._buffer.numel())
+        if n_frames <= 0:
+            return None
+        feats = self.extractor(self._buffer)[:n_frames]  # (T, F)
+        self._buffer = self._buffer[n_frames * self.shift :]
+        return feats
+
+
+@dataclass
+class ChunkTiming:
+    """One ``accept_waveform`` / ``finalize`` call.
+
+    samples: audio samples fed; feat_frames / enc_frames: frames produced;
+    seconds: wall-clock compute time of the call.
+    """
+
+    samples: int
+    feat_frames: int
+    enc_frames: int
+    seconds: float
+
+
+class StreamingRecognizer:
+    """Streaming two-pass recognizer around an ``AsrModel`` with a causal encoder.
+
+    Args:
+        model: ``AsrModel`` (put in eval mode; its encoder must support ``stream_step``).
+        tokenizer: anything with ``decode(ids) -> str``.
+        chunk_size: encoder frames per attention chunk (> 0).
+        left_chunks: chunks of attention memory, -1 for all.
+        beam: CTC prefix beam width (also the n-best size for rescoring).
+        ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
+        extractor: the feature extractor used in training; default
+            ``asr.data.features.FbankExtractor()``. Audio must be at its rate (16 kHz).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        chunk_size: int,
+        left_chunks: int,
+        beam: int = 10,
+        ctc_weight: float = 0.5,
+        reverse_weight: float = 0.0,
+        extractor=None,
+    ) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
+        if extractor is None:
+            from asr.data.features import FbankExtractor
+
+            extractor = FbankExtractor()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        self.left_chunks = left_chunks
+        self.ctc_weight = ctc_weight
+        self.reverse_weight = reverse_weight
+        self.fbank = IncrementalFbank(extractor)
+        self.search = CtcPrefixBeamSearch(beam, model.blank_id)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new utterance."""
+        self.state = self.model.encoder.init_state(1, self.chunk_size, self.left_chunks)
+        self.fbank.reset()
+        self.search.reset()
+        self._enc_chunks: list[torch.Tensor] = []  # (1, c, D) each
+        self.timings: list[ChunkTiming] = []
+        self.samples_seen = 0
+        self.final_tokens: list[int] | None = None
+
+    @property
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encoder_output(self) -> torch.Tensor:
+        """(1, T', D) every encoder frame emitted so far."""
+        if not self._enc_chunks:
+            return torch.zeros(1, 0, self.model.encoder.output_size, device=self._device)
+        return torch.cat(self._enc_chunks, dim=1)
+
+    def partial_tokens(self) -> list[int]:
+        """Best CTC prefix so far."""
+        return self.search.best()
+
+    @torch.no_grad()
+    def _encode(self, feats: torch.Tensor | None, final: bool) -> int:
+        """Feed (T, F) feature frames (or None) to the encoder and the CTC search; returns T'."""
+        if feats is None:
+            n_bins = self.model.encoder.cmvn_mean.numel()
+            feats = torch.zeros(0, n_bins)
+        out, self.state = self.model.encoder.stream_step(feats[None].to(self._device), self.state, final=final)
+        if out.size(1) > 0:  # (1, c, D)
+            self._enc_chunks.append(out)
+            self.search.advance(self.model.ctc_log_probs(out)[0])  # (c, V)
+        return out.size(1)
+
+    def accept_waveform(self, samples) -> str:
+        """Feed samples (n,) float32 at 16 kHz; returns the current partial text."""
+        if self.final_tokens is not None:
+            raise ValueError("finalize() was called; call reset() before feeding a new utterance.")
+        samples = torch.as_tensor(samples, dtype=torch.float32)
+        if samples.dim() != 1:
+            raise ValueError(f"samples must be 1-D (n,) mono, got shape {tuple(samples.shape)}.")
+        start = time.perf_counter()
+        feats = self.fbank.accept(samples)
+        enc_frames = self._encode(feats, final=False)
+        self.samples_seen += samples.numel()
+        n_feats = 0 if feats is None else feats.size(0)
+        self.timings.append(ChunkTiming(samples.numel(), n_feats, enc_frames, time.perf_counter() - start))
+        return self.tokenizer.decode(self.partial_tokens())
+
+    @torch.no_grad()
+    def finalize(self) -> str:
+        """Flush the encoder, rescore the CTC n-best with the decoder(s); returns the final text.
+
+        Samples left in the buffer that do not fill a whole fbank frame are
+        dropped, exactly as in whole-utterance feature extraction.
+        """
+        if self.final_tokens is None:
+            start = time.perf_counter()
+            enc_frames = self._encode(None, final=True)
+            nbest = self.search.nbest()
+            enc_out = self.encoder_output()  # (1, T', D)
+            if self.model.decoder is None or enc_out.size(1) == 0:
+                self.final_tokens = nbest[0][0] if nbest else []
+            else:
+                self.final_tokens = attention_rescoring(
+                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight
+                )
+            self.timings.append(ChunkTiming(0, 0, enc_frames, time.perf_counter() - start))
+        return self.tokenizer.decode(self.final_tokens)

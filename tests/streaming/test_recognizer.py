@@ -1,0 +1,122 @@
+"""StreamingRecognizer: incremental fbank == whole fbank, streaming CTC == chunk-masked full forward, rescoring."""
+
+import pytest
+import torch
+import torchaudio
+
+from asr.decode import attention_rescoring, ctc_greedy, ctc_prefix_beam_search
+from asr.model import build_encoder
+from asr.model.asr_model import AsrModel
+from asr.streaming.recognizer import IncrementalFbank, StreamingRecognizer
+
+N_MELS, VOCAB, SOS = 40, 9, 8
+
+
+class KaldiFbank:
+    """Stand-in with the FbankExtractor contract (25 ms / 10 ms windows at 16 kHz, snip_edges)."""
+
+    min_samples = 400
+
+    def num_frames(self, n_samples: int) -> int:
+        return 0 if n_samples < 400 else 1 + (n_samples - 400) // 160
+
+    def __call__(self, wave: torch.Tensor) -> torch.Tensor:
+        return torchaudio.compliance.kaldi.fbank(wave[None] * 32768, num_mel_bins=N_MELS, dither=0.0)
+
+
+class Tokens:
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+def extractors():
+    found = [KaldiFbank()]
+    try:
+        from asr.data.features import FbankExtractor
+
+        found.append(FbankExtractor())
+    except ImportError:
+        pass
+    return found
+
+
+def pieces(wave: torch.Tensor, seed: int):
+    """Cut audio into random pieces of 0..3000 samples."""
+    g = torch.Generator().manual_seed(seed)
+    start = 0
+    while start < wave.numel():
+        n = int(torch.randint(0, 3000, (1,), generator=g))
+        yield wave[start : start + n]
+        start += n
+
+
+@pytest.mark.parametrize("extractor", extractors(), ids=lambda e: type(e).__name__)
+def test_incremental_fbank_equals_whole_utterance_fbank(extractor):
+    wave = 0.1 * torch.randn(16000 + 123, generator=torch.Generator().manual_seed(0))
+    stream = IncrementalFbank(extractor)
+    assert stream.shift == 160
+    parts = [f for f in (stream.accept(p) for p in pieces(wave, 0)) if f is not None]
+    whole = extractor(wave)
+    assert stream.buffered_samples < extractor.min_samples + stream.shift
+    assert torch.allclose(torch.cat(parts), whole, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    enc = build_encoder(pos_enc="rel_xl", input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2, ffn_dim=64,
+                        conv_kernel=3, causal=True, subsampling=4, dropout=0.0)
+    enc.set_cmvn(torch.full((N_MELS,), 5.0), torch.full((N_MELS,), 0.3))
+    return AsrModel(enc, VOCAB, SOS, decoder_layers=1, r2l_decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64,
+                    decoder_dropout=0.0, reverse_weight=0.3).eval()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("chunk_size,left_chunks", [(2, 1), (4, -1)])
+def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, seed, chunk_size, left_chunks):
+    g = torch.Generator().manual_seed(seed)
+    wave = 0.1 * torch.randn(int(torch.randint(8000, 20000, (1,), generator=g)), generator=g)
+    rec = StreamingRecognizer(model, Tokens(), chunk_size, left_chunks, beam=1, extractor=KaldiFbank())
+    for p in pieces(wave, seed):
+        rec.accept_waveform(p)
+    rec.finalize()
+    feats = KaldiFbank()(wave)[None]  # (1, T, F)
+    with torch.no_grad():
+        enc, enc_lens = model.encode(feats, torch.tensor([feats.size(1)]), chunk_size, left_chunks)
+        full = ctc_greedy(model.ctc_log_probs(enc), enc_lens)[0]
+    assert torch.allclose(rec.encoder_output(), enc, atol=1e-4)
+    assert rec.partial_tokens() == full
+    assert len(full) > 0
+
+
+def test_finalize_rescores_the_nbest_and_records_timings(model):
+    wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(5))
+    rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
+                              extractor=KaldiFbank())
+    n_calls = 0
+    for start in range(0, 12000, 1600):
+        partial = rec.accept_waveform(wave[start : start + 1600].numpy())
+        assert partial == Tokens().decode(rec.partial_tokens())
+        n_calls += 1
+    text = rec.finalize()
+    enc = rec.encoder_output()
+    with torch.no_grad():
+        nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc)[0], 4)
+        expected = attention_rescoring(model, enc, enc.size(1), nbest, 0.5, 0.3)
+    assert text == Tokens().decode(expected) and rec.finalize() == text
+    assert len(rec.timings) == n_calls + 1
+    assert sum(t.samples for t in rec.timings) == 12000 == rec.samples_seen
+    assert sum(t.enc_frames for t in rec.timings) == enc.size(1)
+    assert all(t.seconds >= 0 for t in rec.timings)
+    with pytest.raises(ValueError, match="reset"):
+        rec.accept_waveform(wave[:100])
+    rec.reset()
+    assert rec.accept_waveform(wave[:100]) == "" and rec.encoder_output().size(1) == 0
+
+
+def test_bad_input_raises(model):
+    with pytest.raises(ValueError, match=r"chunk_size \(0\)"):
+        StreamingRecognizer(model, Tokens(), 0, 1, extractor=KaldiFbank())
+    rec = StreamingRecognizer(model, Tokens(), 2, 1, extractor=KaldiFbank())
+    with pytest.raises(ValueError, match=r"1-D"):
+        rec.accept_waveform(torch.zeros(2, 100))
