@@ -1,0 +1,59 @@
+"""Audio loading: soundfile read, stereo downmix, resampling to the model rate.
+
+`torchaudio.load` needs torchcodec in torchaudio 2.11, so everything goes through soundfile.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio.functional as AF
+
+
+class AudioError(ValueError):
+    """A missing, unreadable or empty audio file. `reason` is a short key for skip counters."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_audio(
+    path_or_bytes: str | Path | bytes,
+    target_sr: int = 16000,
+    offset: float = 0.0,
+    duration: float | None = None,
+) -> torch.Tensor:
+    """Read audio as a (n,) float32 mono tensor at `target_sr`.
+
+    `offset`/`duration` (seconds, in the file's own time) read a segment, as Kaldi
+    `segments` and NeMo `offset` need. Raises AudioError with a one-line message
+    and a `reason` in {"audio_missing", "audio_corrupt", "audio_empty"}.
+    """
+    name = "<bytes>" if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
+    if isinstance(path_or_bytes, bytes):
+        source = io.BytesIO(path_or_bytes)
+    else:
+        if not Path(path_or_bytes).is_file():
+            raise AudioError(f"audio file not found: {name}", "audio_missing")
+        source = str(path_or_bytes)
+    try:
+        with sf.SoundFile(source) as f:
+            sr = f.samplerate
+            start = int(round(offset * sr))
+            frames = -1 if duration is None else int(round(duration * sr))
+            if start > 0:
+                f.seek(min(start, f.frames))
+            data = f.read(frames=frames, dtype="float32", always_2d=True)  # (n, channels)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as err:
+        raise AudioError(f"cannot decode audio {name}: {str(err).splitlines()[0]}", "audio_corrupt") from None
+    if data.shape[0] == 0:
+        raise AudioError(f"audio is empty: {name}", "audio_empty")
+    mono = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))  # (n,) average of channels
+    if sr != target_sr:
+        mono = AF.resample(mono, sr, target_sr)
+    return mono

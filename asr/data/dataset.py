@@ -1,0 +1,113 @@
+"""Map-style dataset over Lhotse cut batches: audio -> augmentation -> fbank -> Batch.
+
+A Lhotse sampler hands `__getitem__` a whole CutSet (one batch). Bad items are
+dropped from the batch, not raised: the batch comes back with the list of
+(reason, cut id) it skipped, and `SkipCountingLoader` (main process) strips that
+list and accumulates it, because counters inside worker processes never reach
+the trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+
+import torch
+from lhotse import CutSet
+
+from asr.data.audio import AudioError
+from asr.data.augment import SpecAugment, mix_noise, random_speed, speed_perturb
+from asr.data.batch import Batch
+from asr.data.cmvn import cut_waveform
+from asr.data.features import FbankExtractor
+
+log = logging.getLogger(__name__)
+Skipped = list[tuple[str, str]]  # (reason, cut id)
+
+
+class AsrDataset(torch.utils.data.Dataset):
+    """CutSet -> (Batch, skipped). `tokens` maps cut id -> token ids, validated up front."""
+
+    def __init__(
+        self,
+        tokens: dict[str, list[int]],
+        extractor: FbankExtractor,
+        speed_perturb: bool = False,
+        spec_augment: SpecAugment | None = None,
+        noise_cuts: CutSet | None = None,
+        noise_prob: float = 0.5,
+        snr_range_db: tuple[float, float] = (10.0, 20.0),
+    ) -> None:
+        self.tokens = tokens
+        self.extractor = extractor
+        self.speed_perturb = speed_perturb
+        self.spec_augment = spec_augment
+        self.noise_cuts = list(noise_cuts) if noise_cuts is not None else []
+        self.noise_prob = noise_prob
+        self.snr_range_db = snr_range_db
+
+    def _waveform(self, cut) -> torch.Tensor:
+        wav = cut_waveform(cut)  # (n,)
+        if self.speed_perturb:
+            wav = speed_perturb(wav, random_speed())
+        if self.noise_cuts and random.random() < self.noise_prob:
+            noise = cut_waveform(random.choice(self.noise_cuts))
+            wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
+        return wav
+
+    def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped]:
+        feats, tokens, keys, texts = [], [], [], []
+        skipped: Skipped = []
+        for cut in cuts:
+            try:
+                wav = self._waveform(cut)
+            except AudioError as err:
+                log.warning("skipping cut %s: %s", cut.id, err)
+                skipped.append((err.reason, cut.id))
+                continue
+            if wav.numel() < self.extractor.min_samples:
+                log.warning("skipping cut %s: %d samples, the frontend needs %d", cut.id, wav.numel(),
+                            self.extractor.min_samples)
+                skipped.append(("audio_too_short", cut.id))
+                continue
+            f = self.extractor(wav)  # (T, F)
+            if self.spec_augment is not None:
+                f = self.spec_augment(f)
+            feats.append(f)
+            tokens.append(self.tokens[cut.id])
+            keys.append(cut.id)
+            texts.append(cut_text(cut))
+        return Batch.collate(feats, tokens, keys, texts, self.extractor.num_mel_bins), skipped
+
+
+def cut_text(cut) -> str:
+    return " ".join((s.text or "").strip() for s in cut.supervisions).strip()
+
+
+class SkipCountingLoader:
+    """Wraps a DataLoader of (Batch, skipped): yields Batches, records skips by reason.
+
+    Exposes `.sampler` so Lightning calls `set_epoch` on it. A batch in which every
+    item was bad is dropped in a single process; under DDP it is yielded with B = 0,
+    since dropping it on one rank only would desynchronize the ranks.
+    """
+
+    def __init__(self, loader: torch.utils.data.DataLoader, skipped: dict[str, set[str]], world_size: int = 1):
+        self.loader = loader
+        self.sampler = loader.sampler
+        self.skipped = skipped
+        self.world_size = world_size
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch, skipped in self.loader:
+            for reason, cut_id in skipped:
+                self.skipped[reason].add(cut_id)
+            if batch.feats.shape[0] == 0 and self.world_size == 1:
+                continue
+            yield batch
+
+
+def new_skip_registry() -> dict[str, set[str]]:
+    return defaultdict(set)

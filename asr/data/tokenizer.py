@@ -1,0 +1,157 @@
+"""Tokenizers with the toolkit's fixed special ids, read back from the model file.
+
+id 0 = <blank> (CTC blank), id 1 = <unk>, last id (vocab_size - 1) = <sos/eos>.
+
+SentencePiece: trained with pad_id=0 (<blank>) and unk_id=1, no bos/eos; the
+wrapper appends <sos/eos> after the pieces, so vocab_size = pieces + 1 and every
+id follows from the `.model` file. Char units: `units.txt` lists `unit id` lines
+that already contain <blank>, <unk> and <sos/eos>; "▁" stands for a space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import sentencepiece as spm
+
+BLANK, UNK, SOS_EOS, SPACE = "<blank>", "<unk>", "<sos/eos>", "\u2581"
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+    blank_id: int
+    unk_id: int
+    sos_eos_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model plus an appended <sos/eos> id."""
+
+    def __init__(self, model_path: str | Path) -> None:
+        self.model_path = Path(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_path))
+        pieces = self.sp.get_piece_size()
+        if self.sp.id_to_piece(0) != BLANK or self.sp.unk_id() != 1:
+            raise ValueError(
+                f"{model_path}: expected id 0 = {BLANK} and unk id 1, got id 0 = {self.sp.id_to_piece(0)!r} "
+                f"and unk id {self.sp.unk_id()}; train it with scripts/train_tokenizer.py"
+            )
+        self.blank_id, self.unk_id = 0, 1
+        self.sos_eos_id = pieces
+        self.vocab_size = pieces + 1
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.sp.encode(text, out_type=int))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        keep = [int(i) for i in ids if 0 < int(i) < self.sos_eos_id]
+        return self.sp.decode(keep)
+
+    def id_to_piece(self, i: int) -> str:
+        return SOS_EOS if i == self.sos_eos_id else self.sp.id_to_piece(int(i))
+
+
+class CharTokenizer:
+    """One id per character from `units.txt`; unknown characters map to <unk>."""
+
+    def __init__(self, units_path: str | Path) -> None:
+        self.units_path = Path(units_path)
+        units: dict[str, int] = {}
+        for line_no, line in enumerate(self.units_path.read_text("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise ValueError(f"{units_path}:{line_no}: expected 'unit id', got {line!r}")
+            units[parts[0]] = int(parts[1])
+        ids = sorted(units.values())
+        if ids != list(range(len(ids))):
+            raise ValueError(f"{units_path}: ids must be 0..{len(ids) - 1} without gaps")
+        specials = {BLANK: 0, UNK: 1, SOS_EOS: len(ids) - 1}
+        wrong = {u: units.get(u) for u, want in specials.items() if units.get(u) != want}
+        if wrong:
+            raise ValueError(f"{units_path}: special ids must be {specials}, got {wrong}")
+        self.units = units
+        self.id_to_unit = {i: u for u, i in units.items()}
+        self.blank_id, self.unk_id = 0, 1
+        self.vocab_size = len(ids)
+        self.sos_eos_id = self.vocab_size - 1
+
+    def encode(self, text: str) -> list[int]:
+        joined = SPACE.join(text.split())
+        return [self.units.get(ch, self.unk_id) for ch in joined]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        specials = (self.blank_id, self.unk_id, self.sos_eos_id)
+        chars = [self.id_to_unit[int(i)] for i in ids if int(i) not in specials and int(i) in self.id_to_unit]
+        return "".join(chars).replace(SPACE, " ").strip()
+
+    def id_to_piece(self, i: int) -> str:
+        return self.id_to_unit[int(i)]
+
+
+def load_tokenizer(path: str | Path) -> SentencePieceTokenizer | CharTokenizer:
+    """A tokenizer from a `.model` file, a `units.txt` file, or a folder holding one of them."""
+    path = Path(path)
+    if path.is_dir():
+        models = sorted(path.glob("*.model"))
+        if len(models) == 1:
+            return SentencePieceTokenizer(models[0])
+        if len(models) > 1:
+            raise ValueError(f"{path} holds several sentencepiece models {[m.name for m in models]}; pass one")
+        if (path / "units.txt").is_file():
+            return CharTokenizer(path / "units.txt")
+        raise FileNotFoundError(f"no *.model or units.txt in {path}")
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer not found: {path}")
+    return SentencePieceTokenizer(path) if path.suffix == ".model" else CharTokenizer(path)
+
+
+def train_sentencepiece(
+    texts: Iterable[str], out_dir: str | Path, vocab_size: int, model_type: str = "unigram"
+) -> Path:
+    """Train a sentencepiece model whose wrapper vocab (pieces + <sos/eos>) has `vocab_size` ids.
+
+    On a small text set sentencepiece may make fewer pieces than asked
+    (hard_vocab_limit off); the model file is the truth either way.
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
+    if vocab_size < 4:
+        raise ValueError(f"vocab_size must be at least 4 (blank, unk, one piece, sos/eos), got {vocab_size}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.model"):
+        old.unlink()  # load_tokenizer picks the single model in the folder
+    lines = [t.strip() for t in texts if t and t.strip()]
+    if not lines:
+        raise ValueError("no non-empty transcripts to train the tokenizer on")
+    text_file = out_dir / "train_text.txt"
+    text_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prefix = out_dir / f"{model_type}{vocab_size}"
+    spm.SentencePieceTrainer.train(
+        input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size - 1, model_type=model_type,
+        character_coverage=1.0, pad_id=0, pad_piece=BLANK, unk_id=1, unk_piece=UNK, bos_id=-1, eos_id=-1,
+        hard_vocab_limit=False, input_sentence_size=2_000_000, shuffle_input_sentence=False,
+        num_threads=1, minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+def write_char_units(texts: Iterable[str], out_dir: str | Path) -> Path:
+    """Build `units.txt` from every character seen in `texts` (spaces become "▁")."""
+    chars = sorted({ch for t in texts for ch in SPACE.join(t.split())})
+    units = [BLANK, UNK] + [c for c in chars if c not in (BLANK, UNK, SOS_EOS)] + [SOS_EOS]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.model"):
+        old.unlink()
+    path = out_dir / "units.txt"
+    path.write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)), encoding="utf-8")
+    return path
