@@ -1,0 +1,148 @@
+"""Streaming recognition of audio files with a trained checkpoint.
+
+Each file is fed to the model in real-time-sized pieces (``--chunk-ms`` of audio
+at a time), as a microphone would deliver it. Partial hypotheses are printed
+whenever they change, then the final text (CTC n-best rescored by the attention
+decoder), the real-time factor and the compute latency per piece.
+
+Usage:
+    python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
+    python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
+
+Audio may have any sample rate and channel count (resampled to 16 kHz, downmixed).
+A missing or unreadable file prints a one-line error on stderr and the other files
+are still processed; the exit code is 1 if any file failed (2 if the checkpoint
+cannot be loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+SAMPLE_RATE = 16000
+
+
+def load_checkpoint(path: str):
+    """(model, tokenizer, cfg) from a training checkpoint (kept apart so tests can swap it)."""
+    from asr.train.checkpoint import load_model
+
+    return load_model(path)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    parser.add_argument("audio", nargs="+", help="audio files (wav/flac/...; any rate, mono or stereo)")
+    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    parser.add_argument("--chunk-ms", type=float, default=640.0, help="audio fed per call, in ms (default 640)")
+    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per attention chunk (default 16)")
+    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory, -1 = all (default 4)")
+    parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam width / n-best size (default 10)")
+    parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC score weight in rescoring (default 0.5)")
+    parser.add_argument("--reverse-weight", type=float, default=0.0,
+                        help="right-to-left decoder weight in rescoring; needs a U2++ model (default 0)")
+    parser.add_argument("--device", default="cpu", help="torch device for the model (default cpu)")
+    args = parser.parse_args(argv)
+    if args.chunk_ms <= 0:
+        parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
+    if args.chunk_size <= 0:
+        parser.error(f"--chunk-size ({args.chunk_size}) must be > 0 for streaming")
+    if args.beam < 1:
+        parser.error(f"--beam ({args.beam}) must be >= 1")
+    return args
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def stream_file(recognizer, wave: torch.Tensor, piece_samples: int, out=None) -> dict:
+    """Feed one utterance piece by piece; print partials, final text and timing to out (default stdout).
+
+    Returns:
+        {text, duration_s, rtf, pieces, latency_ms_p50, latency_ms_p95, latency_ms_max, final_pass_ms}
+    """
+    out = out or sys.stdout
+    recognizer.reset()
+    duration = wave.numel() / SAMPLE_RATE
+    last = ""
+    wall_start = time.perf_counter()
+    for start in range(0, wave.numel(), piece_samples):
+        partial = recognizer.accept_waveform(wave[start : start + piece_samples])
+        if partial != last:
+            fed = min(start + piece_samples, wave.numel()) / SAMPLE_RATE
+            print(f"  partial {fed:7.2f}s: {partial}", file=out, flush=True)
+            last = partial
+    text = recognizer.finalize()
+    wall = time.perf_counter() - wall_start
+    pieces = [t.seconds * 1000 for t in recognizer.timings[:-1]]  # finalize is reported apart
+    stats = {
+        "text": text,
+        "duration_s": duration,
+        "rtf": wall / duration if duration > 0 else float("nan"),
+        "pieces": len(pieces),
+        "latency_ms_p50": percentile(pieces, 50) if pieces else 0.0,
+        "latency_ms_p95": percentile(pieces, 95) if pieces else 0.0,
+        "latency_ms_max": max(pieces) if pieces else 0.0,
+        "final_pass_ms": recognizer.timings[-1].seconds * 1000,
+    }
+    print(f"  final: {text}", file=out)
+    print(
+        f"  RTF {stats['rtf']:.3f} | latency per {len(pieces)} pieces: p50 {stats['latency_ms_p50']:.1f} ms, "
+        f"p95 {stats['latency_ms_p95']:.1f} ms, max {stats['latency_ms_max']:.1f} ms | "
+        f"final pass {stats['final_pass_ms']:.1f} ms",
+        file=out,
+        flush=True,
+    )
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from asr.data.audio import AudioError, load_audio
+    from asr.data.features import FbankExtractor
+    from asr.streaming.recognizer import StreamingRecognizer
+
+    try:
+        model, tokenizer, _ = load_checkpoint(args.checkpoint)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        print(f"error: cannot load checkpoint {args.checkpoint}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    model = model.to(args.device).eval()
+    try:
+        recognizer = StreamingRecognizer(
+            model, tokenizer, args.chunk_size, args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
+            reverse_weight=args.reverse_weight,
+            extractor=FbankExtractor(num_mel_bins=model.encoder.cmvn_mean.numel()),
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    piece_samples = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
+    failed = 0
+    for path in args.audio:
+        try:
+            wave = load_audio(path, target_sr=SAMPLE_RATE)
+        except AudioError as err:
+            print(f"error: {path}: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        print(f"== {Path(path).name} ({wave.numel() / SAMPLE_RATE:.2f} s)", flush=True)
+        stream_file(recognizer, wave, piece_samples)
+    if failed:
+        print(f"{failed} of {len(args.audio)} files failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
