@@ -1,0 +1,213 @@
+"""Importers from common corpus layouts into Lhotse CutSets (one supervision per cut).
+
+Wenet `data.list`, Kaldi data dirs, NeMo JSON manifests, and LibriSpeech /
+AISHELL-1 from an existing local copy; nothing is downloaded. Audio headers are
+read once (soundfile.info) for durations. Entries that cannot be used (missing or
+unreadable audio, missing transcript, malformed line, piped wav.scp command) are
+skipped with a warning and counted in the `skipped` Counter passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+
+import soundfile as sf
+from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
+
+from asr.data.text import squeeze_spaces
+
+log = logging.getLogger(__name__)
+
+
+def _skip(skipped: Counter | None, reason: str, detail: str) -> None:
+    log.warning("import: skipping %s", detail)
+    if skipped is not None:
+        skipped[reason] += 1
+
+
+def make_recording(rec_id: str, path: str | Path, skipped: Counter | None = None) -> Recording | None:
+    """A Recording from an audio file's header; None (counted) when it is missing, unreadable or empty."""
+    path = Path(path)
+    if not path.is_file():
+        _skip(skipped, "audio_missing", f"{rec_id}: no file {path}")
+        return None
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError) as err:
+        _skip(skipped, "audio_corrupt", f"{rec_id}: unreadable {path} ({str(err).splitlines()[0]})")
+        return None
+    if info.frames == 0:
+        _skip(skipped, "audio_empty", f"{rec_id}: empty {path}")
+        return None
+    return Recording(
+        id=rec_id, sources=[AudioSource(type="file", channels=list(range(info.channels)), source=str(path.resolve()))],
+        sampling_rate=info.samplerate, num_samples=info.frames, duration=info.frames / info.samplerate,
+    )
+
+
+def make_cut(
+    cut_id: str, rec: Recording, text: str, start: float = 0.0, duration: float | None = None,
+    speaker: str | None = None, language: str | None = None,
+) -> MonoCut:
+    """One cut over [start, start + duration) of `rec` with a single supervision covering it."""
+    duration = rec.duration - start if duration is None else min(duration, rec.duration - start)
+    sup = SupervisionSegment(
+        id=cut_id, recording_id=rec.id, start=0.0, duration=duration, channel=0, text=text,
+        speaker=speaker, language=language,
+    )
+    return MonoCut(id=cut_id, start=start, duration=duration, channel=0, recording=rec, supervisions=[sup])
+
+
+def import_wenet(data_list: str | Path, skipped: Counter | None = None) -> CutSet:
+    """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` (relative wav paths are taken from the list's folder)."""
+    data_list = Path(data_list)
+    cuts = []
+    for line_no, line in enumerate(data_list.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            key, wav, txt = entry["key"], entry["wav"], entry["txt"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            _skip(skipped, "bad_manifest_line", f"{data_list}:{line_no}: {err!r}")
+            continue
+        rec = make_recording(key, _resolve(wav, data_list.parent), skipped)
+        if rec is not None:
+            cuts.append(make_cut(key, rec, squeeze_spaces(txt)))
+    return CutSet.from_cuts(cuts)
+
+
+def _read_table(path: Path) -> dict[str, str]:
+    """Kaldi `key value...` table."""
+    table = {}
+    for line in path.read_text("utf-8").splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key:
+            table[key] = value.strip()
+    return table
+
+
+def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet:
+    """Kaldi data dir: `wav.scp` and `text`, optional `segments` and `utt2spk`."""
+    data_dir = Path(data_dir)
+    for required in ("wav.scp", "text"):
+        if not (data_dir / required).is_file():
+            raise FileNotFoundError(f"Kaldi data dir {data_dir} lacks {required}")
+    wav_scp, texts = _read_table(data_dir / "wav.scp"), _read_table(data_dir / "text")
+    utt2spk = _read_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
+    recordings: dict[str, Recording | None] = {}
+    for rec_id, value in wav_scp.items():
+        if value.endswith("|"):
+            _skip(skipped, "unsupported_wav_command", f"{rec_id}: piped wav.scp command {value!r}")
+            recordings[rec_id] = None
+        else:
+            recordings[rec_id] = make_recording(rec_id, _resolve(value, data_dir), skipped)
+    # without segments every recording is one utterance with the same id
+    if (data_dir / "segments").is_file():
+        segments = {}
+        for utt, value in _read_table(data_dir / "segments").items():
+            parts = value.split()
+            try:
+                segments[utt] = (parts[0], float(parts[1]), float(parts[2]))
+            except (IndexError, ValueError):
+                _skip(skipped, "bad_manifest_line", f"segments entry {utt!r}: {value!r}")
+    else:
+        segments = {utt: (utt, 0.0, -1.0) for utt in wav_scp}
+    cuts = []
+    for utt, (rec_id, start, end) in segments.items():
+        rec = recordings.get(rec_id)
+        if rec_id not in recordings:
+            _skip(skipped, "audio_missing", f"{utt}: recording {rec_id!r} not in wav.scp")
+            continue
+        if rec is None:
+            continue  # already counted when the recording was read
+        if utt not in texts:
+            _skip(skipped, "no_transcript", f"{utt}: not in text")
+            continue
+        duration = None if end < 0 else end - start
+        cuts.append(make_cut(utt, rec, squeeze_spaces(texts[utt]), start, duration, utt2spk.get(utt)))
+    return CutSet.from_cuts(cuts)
+
+
+def import_nemo(manifest: str | Path, skipped: Counter | None = None) -> CutSet:
+    """NeMo manifest: JSON lines with `audio_filepath`, `duration`, `text`, optional `offset`."""
+    manifest = Path(manifest)
+    cuts, seen = [], Counter()
+    for line_no, line in enumerate(manifest.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            path, text = entry["audio_filepath"], entry["text"]
+            duration, offset = float(entry["duration"]), float(entry.get("offset", 0.0))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            _skip(skipped, "bad_manifest_line", f"{manifest}:{line_no}: {err!r}")
+            continue
+        stem = Path(path).stem
+        # one file can hold several utterances (offsets), so ids get a running suffix
+        cut_id = stem if not seen[stem] else f"{stem}-{seen[stem]}"
+        seen[stem] += 1
+        rec = make_recording(stem, _resolve(path, manifest.parent), skipped)
+        if rec is not None:
+            cuts.append(make_cut(cut_id, rec, squeeze_spaces(text), offset, duration))
+    return CutSet.from_cuts(cuts)
+
+
+def import_librispeech(root: str | Path, skipped: Counter | None = None) -> dict[str, CutSet]:
+    """LibriSpeech layout `<split>/<spk>/<chapter>/<spk>-<chapter>.trans.txt` + flac; one CutSet per split folder."""
+    root = Path(root)
+    splits: dict[str, CutSet] = {}
+    for split_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        cuts = []
+        for trans in sorted(split_dir.glob("*/*/*.trans.txt")):
+            speaker = trans.parent.parent.name
+            for utt, text in _read_table(trans).items():
+                rec = make_recording(utt, trans.parent / f"{utt}.flac", skipped)
+                if rec is not None:
+                    cuts.append(make_cut(utt, rec, squeeze_spaces(text), speaker=speaker, language="en"))
+        if cuts:
+            splits[split_dir.name] = CutSet.from_cuts(cuts)
+    if not splits:
+        raise FileNotFoundError(f"no LibriSpeech split folders with *.trans.txt under {root}")
+    return splits
+
+
+def import_aishell(root: str | Path, skipped: Counter | None = None) -> dict[str, CutSet]:
+    """AISHELL-1 layout: `transcript/aishell_transcript_v0.8.txt` + `wav/<split>/<spk>/*.wav`.
+
+    The transcript's word segmentation spaces are removed (character-level text, as
+    Wenet and ESPnet recipes do); wavs without a transcript are counted, not kept.
+    """
+    root = Path(root)
+    trans_file = root / "transcript" / "aishell_transcript_v0.8.txt"
+    if not trans_file.is_file():
+        raise FileNotFoundError(f"AISHELL-1 transcript not found: {trans_file}")
+    texts = {k: "".join(v.split()) for k, v in _read_table(trans_file).items()}
+    splits: dict[str, CutSet] = {}
+    for split_dir in sorted(p for p in (root / "wav").iterdir() if p.is_dir()):
+        cuts = []
+        for wav in sorted(split_dir.glob("*/*.wav")):
+            utt = wav.stem
+            if utt not in texts:
+                _skip(skipped, "no_transcript", f"{utt}: not in {trans_file.name}")
+                continue
+            rec = make_recording(utt, wav, skipped)
+            if rec is not None:
+                cuts.append(make_cut(utt, rec, texts[utt], speaker=wav.parent.name, language="zh"))
+        if cuts:
+            splits[split_dir.name] = CutSet.from_cuts(cuts)
+    return splits
+
+
+def _resolve(path: str, base: Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else base / p
+
+
+IMPORTERS = {
+    "wenet": import_wenet, "kaldi": import_kaldi, "nemo": import_nemo,
+    "librispeech": import_librispeech, "aishell": import_aishell,
+}

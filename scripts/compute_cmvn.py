@@ -1,0 +1,29 @@
+"""Compute global CMVN (mean, inverse std) over a manifest's fbank frames into cmvn.json.
+
+Usage:
+  python scripts/compute_cmvn.py data/synth/cuts_train.jsonl.gz data/synth/cmvn.json
+  python scripts/compute_cmvn.py data/libri/cuts_train.jsonl.gz data/libri/cmvn.json --max-utts 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from asr.data.cmvn import compute_cmvn, save_cmvn
+from asr.data.manifest import read_cuts
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cuts", help="CutSet manifest (jsonl.gz); relative audio paths resolve against its folder")
+    p.add_argument("out", help="output cmvn.json")
+    p.add_argument("--max-utts", type=int, default=None)
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args(argv)
+    stats = compute_cmvn(read_cuts(args.cuts), max_cuts=args.max_utts, num_workers=args.workers)
+    save_cmvn(stats, args.out)
+    print(f"{stats['frames']} frames, {stats['skipped']} unreadable cuts -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Prepare a corpus for training: manifests, tokenizer, CMVN.
+
+Default: synthesize the embedded eSpeak NG corpus into data/synth/ (splits that
+already exist are kept unless --force), train a sentencepiece unigram tokenizer
+(vocab 256) into data/synth/tokenizer/, compute global CMVN into data/synth/cmvn.json.
+
+Usage:
+  python scripts/prepare_data.py                              # data/synth, 6 h train
+  python scripts/prepare_data.py --train-hours 0.05 --data-dir /tmp/tiny
+  python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
+  python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
+  python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
+  python scripts/prepare_data.py --corpus wenet --src train=/x/train/data.list dev=/x/dev/data.list \
+      test=/x/test/data.list --data-dir data/mycorpus          # same SPLIT=PATH form for kaldi / nemo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from asr.data.cmvn import compute_cmvn, save_cmvn
+from asr.data.importers import IMPORTERS
+from asr.data.manifest import read_cuts, write_cuts
+from asr.data.synth import SynthConfig, build_synth_corpus
+from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", default="synth", choices=["synth", *IMPORTERS])
+    p.add_argument("--src", nargs="+", default=[], help="corpus root (librispeech, aishell) or SPLIT=PATH entries")
+    p.add_argument("--data-dir", default=None, help="output folder (default data/<corpus>)")
+    p.add_argument("--force", action="store_true", help="rebuild synth splits that already exist")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-hours", type=float, default=6.0)
+    p.add_argument("--dev-hours", type=float, default=0.25)
+    p.add_argument("--test-hours", type=float, default=0.25)
+    p.add_argument("--long-hours", type=float, default=0.25)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--units", default="spm", choices=["spm", "char"])
+    p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
+    p.add_argument("--cmvn-max-utts", type=int, default=None, help="use only the first N train cuts for CMVN")
+    return p.parse_args(argv)
+
+
+def import_corpus(args: argparse.Namespace, out: Path) -> None:
+    """Run an importer and write cuts_<split>.jsonl.gz files (train/dev/test aliases included)."""
+    if not args.src:
+        sys.exit(f"--corpus {args.corpus} needs --src")
+    skipped: Counter = Counter()
+    importer = IMPORTERS[args.corpus]
+    if args.corpus in ("librispeech", "aishell"):
+        splits = importer(args.src[0], skipped)
+        # the generic names the data module reads by default
+        aliases = {
+            "train": sorted(s for s in splits if s.startswith("train")),
+            "dev": [s for s in ("dev-clean", "dev", "dev-other") if s in splits][:1],
+            "test": [s for s in ("test-clean", "test", "test-other") if s in splits][:1],
+        }
+        for alias, names in aliases.items():
+            if names and alias not in splits:
+                splits[alias] = sum((splits[n] for n in names[1:]), start=splits[names[0]])
+    else:
+        splits = {}
+        for entry in args.src:
+            split, _, path = entry.rpartition("=")
+            splits[split or "train"] = importer(path, skipped)
+    for split, cuts in splits.items():
+        path = write_cuts(cuts, out / f"cuts_{split}.jsonl.gz")
+        print(f"{split:>12}: {len(cuts):7d} cuts  {sum(c.duration for c in cuts) / 3600:8.2f} h -> {path}")
+    if skipped:
+        print(f"import skipped entries: {dict(skipped)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = Path(args.data_dir or f"data/{args.corpus}")
+    started = time.perf_counter()
+    if args.corpus == "synth":
+        cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
+                          args.long_hours, args.workers)
+        build_synth_corpus(cfg, force=args.force)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        import_corpus(args, out)
+
+    train = read_cuts(out / "cuts_train.jsonl.gz", out)
+    texts = [" ".join(s.text for s in c.supervisions) for c in train]
+    tok_dir = out / "tokenizer"
+    if args.units == "char":
+        write_char_units(texts, tok_dir)
+    else:
+        train_sentencepiece(texts, tok_dir, args.vocab_size, args.model_type)
+    tok = load_tokenizer(tok_dir)
+    print(f"tokenizer: {type(tok).__name__} vocab_size={tok.vocab_size} blank={tok.blank_id} unk={tok.unk_id} "
+          f"sos/eos={tok.sos_eos_id} -> {tok_dir}")
+
+    stats = compute_cmvn(train, max_cuts=args.cmvn_max_utts, num_workers=args.workers)
+    cmvn_path = save_cmvn(stats, out / "cmvn.json")
+    print(f"cmvn: {stats['frames']} frames ({stats['skipped']} cuts unreadable) -> {cmvn_path}")
+    print(f"manifests: {sorted(p.name for p in out.glob('cuts_*.jsonl.gz'))} in {out}")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
