@@ -1,0 +1,56 @@
+"""Session fixtures: one tiny synthetic corpus (about a minute of audio) and its tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from asr.data.synth import SynthConfig, build_synth_corpus
+from asr.data.manifest import read_cuts
+from asr.data.tokenizer import train_sentencepiece, write_char_units
+
+TINY = dict(train_hours=0.012, dev_hours=0.002, test_hours=0.002, long_hours=0.005)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    build_synth_corpus(SynthConfig(str(out), seed=3, workers=1, **TINY), log=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_texts(tiny_corpus) -> list[str]:
+    return [c.supervisions[0].text for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")]
+
+
+@pytest.fixture(scope="session")
+def spm_dir(tiny_corpus, tiny_texts, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("spm")
+    train_sentencepiece(tiny_texts * 3, out, vocab_size=48)
+    return out
+
+
+@pytest.fixture(scope="session")
+def char_dir(tiny_texts, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("char")
+    write_char_units(tiny_texts, out)
+    return out
+
+
+def write_tone(path: Path, seconds: float, sr: int = 16000, channels: int = 1, freq: float = 440.0) -> np.ndarray:
+    """Write a sine tone (int16) and return the float samples written, shape (n, channels)."""
+    t = np.arange(int(seconds * sr)) / sr
+    data = np.stack([0.3 * np.sin(2 * np.pi * freq * (c + 1) * t) for c in range(channels)], axis=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(path), data, sr, subtype="PCM_16")
+    return data

@@ -1,0 +1,17 @@
+import torch
+
+from asr.data.cmvn import compute_cmvn, cut_waveform, load_cmvn, save_cmvn
+from asr.data.features import FbankExtractor
+from asr.data.manifest import read_cuts
+
+
+def test_cmvn_matches_direct_statistics(tiny_corpus, tmp_path):
+    cuts = read_cuts(tiny_corpus / "cuts_dev.jsonl.gz")
+    stats = compute_cmvn(cuts, num_workers=0)
+    fb = FbankExtractor()
+    frames = torch.cat([fb(cut_waveform(c)) for c in cuts]).double()  # (N, 80)
+    assert stats["frames"] == frames.shape[0] and stats["skipped"] == 0
+    assert torch.allclose(torch.tensor(stats["mean"], dtype=torch.float64), frames.mean(0), atol=1e-6)
+    assert torch.allclose(torch.tensor(stats["istd"], dtype=torch.float64), 1 / frames.std(0, unbiased=False), rtol=1e-4)
+    mean, istd = load_cmvn(save_cmvn(stats, tmp_path / "cmvn.json"))
+    assert mean.shape == istd.shape == (80,) and mean.dtype == torch.float32

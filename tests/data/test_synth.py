@@ -1,0 +1,58 @@
+import hashlib
+import json
+
+import pytest
+
+from asr.data.manifest import read_cuts
+from asr.data.synth import SynthConfig, build_synth_corpus
+from asr.data.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
+
+SMALL = dict(train_hours=0.004, dev_hours=0.0, test_hours=0.0, long_hours=0.0)
+
+
+def _digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_seed_same_bytes_whatever_the_worker_count(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    quiet = dict(log=lambda *_: None)
+    build_synth_corpus(SynthConfig(str(a), seed=11, workers=1, **SMALL), **quiet)
+    build_synth_corpus(SynthConfig(str(b), seed=11, workers=2, **SMALL), **quiet)
+    build_synth_corpus(SynthConfig(str(c), seed=12, workers=1, **SMALL), **quiet)
+    da, db, dc = _digest(a), _digest(b), _digest(c)
+    assert any(k.endswith(".flac") for k in da)
+    assert da == db
+    assert da["cuts_train.jsonl.gz"] != dc["cuts_train.jsonl.gz"]
+
+
+def test_held_out_voices():
+    assert not set(TRAIN_VARIANTS) & set(HELD_OUT_VARIANTS)
+    assert len(split_voices("train")) >= 40
+    assert not set(split_voices("test")) & (set(split_voices("train")) | set(split_voices("dev")))
+
+
+def test_tiny_corpus_layout(tiny_corpus):
+    voices = {}
+    for split, (low, high) in {"train": (1, 10), "dev": (1, 10), "test": (1, 10), "long": (20, 60)}.items():
+        cuts = list(read_cuts(tiny_corpus / f"cuts_{split}.jsonl.gz"))
+        assert cuts, split
+        for cut in cuts:
+            assert low <= cut.duration <= high, (split, cut.id, cut.duration)
+            assert len(cut.supervisions) == 1 and cut.supervisions[0].text
+            assert set(cut.custom) >= {"voice", "rate", "pitch", "speaker"}
+            audio = cut.load_audio()
+            assert audio.shape == (1, cut.recording.num_samples) and cut.recording.sampling_rate == 16000
+        voices[split] = {c.custom["voice"] for c in cuts}
+    assert not voices["test"] & (voices["train"] | voices["dev"])
+    # long utterances are several sentences
+    long_cut = next(iter(read_cuts(tiny_corpus / "cuts_long.jsonl.gz")))
+    assert len(long_cut.supervisions[0].text.split()) > 20
+    summary = json.loads((tiny_corpus / "manifest_summary.json").read_text())
+    assert summary["splits"]["train"]["utterances"] == len(read_cuts(tiny_corpus / "cuts_train.jsonl.gz"))
+
+
+def test_unknown_split_is_rejected():
+    with pytest.raises(ValueError, match="valid"):
+        split_voices("validation")
