@@ -198,7 +198,12 @@ class AblationRunner:
         """Rewrite report.md, results.json and the plots for the results so far."""
         out = self.settings.out_dir
         plots = write_plots(results, out)
-        settings = {**self.settings.describe(), "elapsed": _fmt_duration(elapsed_s)}
+        settings = {
+            **self.settings.describe(),
+            "elapsed (this invocation)": _fmt_duration(elapsed_s),
+            # Includes schemes finished by earlier invocations (read from their markers).
+            "train + evaluate time (all schemes)": _fmt_duration(sum(r.wall_s for r in results)),
+        }
         pending = [s for s in self.settings.schemes if s not in {r.scheme for r in results}]
         if pending:
             settings["pending"] = ",".join(pending)

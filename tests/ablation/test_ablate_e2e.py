@@ -1,0 +1,97 @@
+"""scripts/ablate.py end to end: two schemes, a few steps, a tiny noise corpus with a long split."""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+from asr.ablation.results import METRIC_KEYS, METRICS, read_marker
+from asr.data.tokenizer import write_char_units
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import ablate  # noqa: E402
+
+WORDS = ["red", "green", "blue", "stone", "river", "light"]
+# (split, utterances, min seconds, max seconds): "long" outlasts every training utterance.
+SPLITS = (("train", 16, 0.5, 1.2), ("dev", 3, 0.5, 1.2), ("test", 3, 0.5, 1.2), ("long", 2, 2.5, 3.0))
+
+
+def make_corpus(root: Path, seed: int = 0) -> Path:
+    """Noise audio with word transcripts, a char tokenizer and CMVN stats, in the data-folder layout."""
+    rng = random.Random(seed)
+    (root / "audio").mkdir(parents=True)
+    texts = []
+    for split, count, low, high in SPLITS:
+        recordings, supervisions = [], []
+        for i in range(count):
+            key = f"{split}-{i:03d}"
+            samples = np.random.default_rng(rng.randrange(1 << 30)).normal(0, 0.1, int(rng.uniform(low, high) * 16000))
+            sf.write(root / "audio" / f"{key}.wav", samples.astype(np.float32), 16000)
+            rec = Recording.from_file(root / "audio" / f"{key}.wav", recording_id=key)
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+            texts.append(text)
+            recordings.append(rec)
+            supervisions.append(SupervisionSegment(key, key, 0.0, rec.duration, text=text))
+        cuts = CutSet.from_manifests(RecordingSet.from_recordings(recordings), SupervisionSet.from_segments(supervisions))
+        cuts.to_file(root / f"cuts_{split}.jsonl.gz")
+    write_char_units(texts, root / "tokenizer")
+    (root / "cmvn.json").write_text(json.dumps({"mean": [0.0] * 80, "istd": [0.3] * 80, "frames": 1}))
+    return root
+
+
+TINY_MODEL = [
+    "data.max_duration=5.0", "data.max_duration_per_utt=2.0", "data.num_workers=0", "data.num_buckets=2",
+    "data.speed_perturb=false", "model.encoder.d_model=16", "model.encoder.num_heads=2",
+    "model.encoder.num_layers=1", "model.encoder.ffn_dim=32", "model.encoder.conv_kernel=3",
+    "model.decoder_layers=1", "model.decoder_ffn_dim=32", "streaming.max_chunk=4", "streaming.val_chunk_size=2",
+    "optim.scheduler.warmup_steps=2", "trainer.log_every_n_steps=1", "logger=csv",
+]
+
+
+def _rows(report: str) -> dict[str, list[str]]:
+    table = [line for line in report.splitlines() if line.startswith("| `")]
+    return {line.split("|")[1].strip(" `"): [c.strip() for c in line.strip("|").split("|")] for line in table}
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory):
+    corpus = make_corpus(tmp_path_factory.mktemp("corpus"))
+    out = tmp_path_factory.mktemp("ablation")
+    argv = ["--schemes", "rel_xl,abs_sin", "--budget-steps", "4", "--val-every", "2", "--out", str(out),
+            "--data-dir", str(corpus), "--rtf-utts", "2", "--beam", "2", *TINY_MODEL]
+    code = ablate.main(argv)
+    return code, out, argv
+
+
+def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
+    code, out, _ = ablation
+    report = (out / "report.md").read_text()
+    assert code == 0, report
+    rows = _rows(report)
+    assert set(rows) == {"rel_xl", "abs_sin"}
+    for scheme, cells in rows.items():
+        assert cells[1] == "ok", (scheme, cells)
+        assert len(cells) == 2 + len(METRICS)
+        for metric, cell in zip(METRICS, cells[2:]):
+            float(cell)  # a number in every column, not n/a or a dash
+        assert float(cells[2 + METRIC_KEYS.index("train_steps")]) == 4
+    data = json.loads((out / "results.json").read_text())
+    for result in data["schemes"]:
+        assert all(result["metrics"][key] is not None for key in METRIC_KEYS), result
+        assert len(result["curve"]) >= 2  # validation every 2 of 4 steps
+    for name in ("learning_curves.png", "wer_by_scheme.png", "speed_memory.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
+    code, out, argv = ablation
+    before = read_marker(out / "rel_xl")
+    assert ablate.main(argv) == 0
+    lines = capsys.readouterr().out
+    assert "rel_xl: skip" in lines and "abs_sin: skip" in lines and ": train" not in lines
+    assert read_marker(out / "rel_xl") == before
