@@ -7,6 +7,11 @@ stays in the beam with its score frozen (it can only be extended by <eos> at
 log-probability 0), so ended and running hypotheses compete on equal terms.
 At ``max_len`` tokens every running hypothesis is forced to end and pays
 its own <eos> log-probability. There is no length normalisation, as in Wenet.
+
+Early stop (exact): extending a hypothesis only adds log-probabilities <= 0, so
+once the best ended hypothesis scores at least as well as every running one,
+no running hypothesis can overtake it and the search stops. Without this, one
+slow beam keeps all W beams running to max_len.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_
         beam: W >= 1.
         max_len: most tokens in a hypothesis (eos excluded), >= 0.
     Returns:
-        token ids without <sos>/<eos>.
+        token ids without <sos>/<eos>; [] when enc_len is 0 (audio too short to
+        give an encoder frame: there is nothing to attend to).
     """
     if beam < 1:
         raise ValueError(f"beam ({beam}) must be >= 1.")
@@ -35,6 +41,8 @@ def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_
     eos = model.sos_eos_id
     device = enc_out.device
     T_valid = int(enc_len)
+    if T_valid == 0:
+        return []
     memory = enc_out[:, :T_valid].expand(beam, -1, -1)  # (W, T', D)
     memory_lens = torch.full((beam,), T_valid, dtype=torch.long, device=device)
     hyps = torch.full((beam, 1), eos, dtype=torch.long, device=device)  # (W, 1): <sos>
@@ -58,7 +66,7 @@ def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_
         hyps = torch.cat([hyps[src], tok[:, None]], dim=1)  # (W, U+1)
         scores = top_scores.float()
         ended = tok == eos
-        if bool(ended.all()):
+        if bool(ended.any()) and (bool(ended.all()) or scores[ended].max() >= scores[~ended].max()):
             break
 
     best = hyps[int(scores.argmax())].tolist()[1:]  # drop <sos>

@@ -35,8 +35,13 @@ def attention_rescoring(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
     reverse_weight: float,
 ) -> list[int]:
-    """The n-best entry with the best combined score ([] for an empty list)."""
+    """The n-best entry with the best combined score.
+
+    An empty list gives []; enc_len 0 (no encoder frame to attend to) keeps the CTC best.
+    """
     if not nbest:
         return []
+    if int(enc_len) == 0:
+        return list(nbest[0][0])
     scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight)
     return list(nbest[int(scores.argmax())][0])

@@ -48,16 +48,27 @@ def test_beam_one_equals_greedy(tiny_model, tiny_feats, eos_bias, eos_boost):
 
 
 def test_wide_beam_finds_the_exhaustive_best(tiny_model, tiny_feats, eos_bias):
-    eos_bias(1.0)
+    eos_bias(-4.0)  # <eos> unlikely: running hypotheses stay ahead of ended ones for a while
     feats, lens = tiny_feats
     enc, enc_lens = tiny_model.encode(feats[:1], lens[:1])
-    max_len = 2
+    max_len = 3
     tokens = [t for t in range(VOCAB) if t != SOS_EOS]
     every = [list(h) for n in range(max_len + 1) for h in itertools.product(tokens, repeat=n)]
     scores = tiny_model.score_hypotheses(enc, enc_lens[0], every)
     best = every[int(scores.argmax())]
-    # 1 + 7 + 49 hypotheses: a beam of 64 never prunes.
-    assert attention_beam_search(tiny_model, enc, enc_lens[0], beam=64, max_len=max_len) == best
+    # 1 + 7 + 49 + 343 hypotheses: a beam of 400 never prunes.
+    assert attention_beam_search(tiny_model, enc, enc_lens[0], beam=400, max_len=max_len) == best
+
+
+def test_search_stops_once_no_running_hypothesis_can_win(tiny_model, tiny_feats, eos_bias, monkeypatch):
+    eos_bias(6.0)  # <eos> first is by far the best
+    enc, enc_lens = tiny_model.encode(*tiny_feats)
+    calls = []
+    original = tiny_model.attention_log_probs
+    monkeypatch.setattr(tiny_model, "attention_log_probs", lambda *a: calls.append(1) or original(*a))
+    n = int(enc_lens[0])
+    assert attention_beam_search(tiny_model, enc[:1], n, beam=4, max_len=n) == []
+    assert len(calls) <= 2 < n
 
 
 @pytest.mark.parametrize("reverse_weight", [0.0, 0.3])
@@ -88,3 +99,11 @@ def test_bad_arguments(tiny_model, tiny_feats):
         attention_beam_search(tiny_model, enc[:1], enc_lens[0], beam=0, max_len=3)
     with pytest.raises(ValueError, match=r"\(1, T', D\)"):
         attention_beam_search(tiny_model, enc, enc_lens[0], beam=2, max_len=3)
+
+
+def test_zero_encoder_frames_give_ctc_best_or_empty(tiny_model, tiny_feats):
+    enc, _ = tiny_model.encode(*tiny_feats)
+    empty = enc[:1, :0]  # (1, 0, D)
+    assert attention_beam_search(tiny_model, empty, 0, beam=3, max_len=5) == []
+    nbest = [([3, 4], -1.0), ([3], -2.0)]
+    assert attention_rescoring(tiny_model, empty, 0, nbest, 0.5, 0.0) == [3, 4]
