@@ -142,10 +142,18 @@ class AsrDataModule(L.LightningDataModule):
         cuts, tokens = self._load(self.train_cuts, filter_durations=True)
         world, rank = self._dist()
         with _quiet_eager_warning():
-            sampler = DynamicBucketingSampler(
-                cuts, max_duration=self.max_duration, num_buckets=self.num_buckets, shuffle=True,
-                drop_last=False, seed=self.seed, world_size=world, rank=rank,
-            )
+            if len(cuts) >= self.num_buckets:
+                sampler = DynamicBucketingSampler(
+                    cuts, max_duration=self.max_duration, num_buckets=self.num_buckets, shuffle=True,
+                    drop_last=False, seed=self.seed, world_size=world, rank=rank,
+                )
+            else:  # Lhotse cannot estimate more buckets than cuts
+                log.warning("only %d train cuts for %d buckets: sampling without bucketing", len(cuts),
+                            self.num_buckets)
+                sampler = DynamicCutSampler(
+                    cuts, max_duration=self.max_duration, shuffle=True, drop_last=False, seed=self.seed,
+                    world_size=world, rank=rank,
+                )
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
         dataset = AsrDataset(
             tokens, self.extractor, speed_perturb=self.speed_perturb,

@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from lhotse import AudioSource, Recording
+
+from asr.data.batch import Batch
+from asr.data.datamodule import AsrDataModule
+from asr.data.importers import make_cut, make_recording
+from asr.data.manifest import read_cuts, write_cuts
+from conftest import write_tone
+
+
+def _dm(corpus, tok, **kw):
+    args = dict(max_duration=8.0, num_workers=0, speed_perturb=False, spec_augment=False, max_duration_per_utt=8.0)
+    args.update(kw)
+    return AsrDataModule(str(corpus), str(tok), **args)
+
+
+def _check_batch(batch: Batch, tokenizer):
+    bsz = batch.feats.shape[0]
+    assert batch.feats.dtype == torch.float32 and batch.feats.shape[2] == 80
+    assert batch.feat_lens.dtype == batch.tokens.dtype == batch.token_lens.dtype == torch.int64
+    assert len(batch.keys) == len(batch.texts) == bsz == batch.tokens.shape[0]
+    assert int(batch.feat_lens.max()) == batch.feats.shape[1]
+    assert int(batch.token_lens.max()) == batch.tokens.shape[1]
+    for i in range(bsz):
+        t, u = int(batch.feat_lens[i]), int(batch.token_lens[i])
+        assert torch.all(batch.feats[i, t:] == 0)
+        assert torch.all(batch.tokens[i, u:] == -1) and torch.all(batch.tokens[i, :u] >= 0)
+        assert batch.tokens[i, :u].tolist() == tokenizer.encode(batch.texts[i])
+
+
+def test_train_batches(tiny_corpus, spm_dir):
+    dm = _dm(tiny_corpus, spm_dir, speed_perturb=True, spec_augment=True)
+    durations = {c.id: c.duration for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")}
+    seen = []
+    for batch in dm.train_dataloader():
+        _check_batch(batch, dm.tokenizer)
+        assert sum(durations[k] for k in batch.keys) <= 8.0
+        seen += batch.keys
+    assert sorted(seen) == sorted(durations)
+    assert dm.skip_report() == {}
+
+
+def test_eval_order_and_long_split(tiny_corpus, spm_dir):
+    dm = _dm(tiny_corpus, spm_dir, max_duration=120.0)
+    keys = [k for b in dm.test_dataloader("test") for k in b.keys]
+    assert keys == [c.id for c in read_cuts(tiny_corpus / "cuts_test.jsonl.gz")]
+    # the long split is never filtered by max_duration_per_utt
+    long_batches = list(dm.test_dataloader("long"))
+    assert long_batches and all(b.feats.shape[1] > 2000 for b in long_batches)
+
+
+def test_two_ranks_see_disjoint_cuts(tiny_corpus, spm_dir):
+    keys = []
+    for rank in (0, 1):
+        dm = _dm(tiny_corpus, spm_dir, max_duration=6.0, max_duration_per_utt=6.0, world_size=2, rank=rank)
+        keys.append({k for b in dm.train_dataloader() for k in b.keys})
+    assert keys[0] and keys[1] and not keys[0] & keys[1]
+
+
+def _fake_recording(rec_id, path, seconds=1.0):
+    n = int(seconds * 16000)
+    return Recording(id=rec_id, sources=[AudioSource(type="file", channels=[0], source=str(path))],
+                     sampling_rate=16000, num_samples=n, duration=seconds)
+
+
+@pytest.fixture(scope="module")
+def bad_corpus(tmp_path_factory, tiny_corpus):
+    root = tmp_path_factory.mktemp("bad")
+    good = list(read_cuts(tiny_corpus / "cuts_train.jsonl.gz"))[:3]
+    (root / "corrupt.wav").write_bytes(b"RIFF garbage")
+    sf.write(str(root / "empty.wav"), np.zeros(0, dtype=np.int16), 16000)
+    write_tone(root / "short.wav", 0.01)  # 160 samples: no fbank frame
+    write_tone(root / "stereo44k.wav", 1.2, sr=44100, channels=2)
+    write_tone(root / "narrow8k.wav", 1.2, sr=8000)
+    text = good[0].supervisions[0].text
+    cuts = good + [
+        make_cut("missing", _fake_recording("missing", root / "nope.wav"), text),
+        make_cut("corrupt", _fake_recording("corrupt", root / "corrupt.wav"), text),
+        make_cut("empty", _fake_recording("empty", root / "empty.wav"), text),
+        make_cut("short", _fake_recording("short", root / "short.wav", 0.4), text),
+        make_cut("notext", make_recording("notext", root / "narrow8k.wav"), "  "),
+        make_cut("unknownchars", make_recording("unknownchars", root / "narrow8k.wav"), "中文"),
+        make_cut("tooshort", make_recording("tooshort", root / "narrow8k.wav"), text, duration=0.1),
+        make_cut("stereo", make_recording("stereo", root / "stereo44k.wav"), text),
+        make_cut("narrow", make_recording("narrow", root / "narrow8k.wav"), text),
+    ]
+    write_cuts(cuts, root / "cuts_train.jsonl.gz")
+    write_cuts([c for c in cuts if c.id in ("missing", "corrupt")], root / "cuts_allbad.jsonl.gz")
+    return root, {c.id for c in good} | {"stereo", "narrow"}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_inputs_are_skipped_and_counted(bad_corpus, char_dir, workers):
+    root, good_ids = bad_corpus
+    dm = _dm(root, char_dir, num_workers=workers, max_duration=30.0)
+    seen = {}
+    for batch in dm.train_dataloader():
+        _check_batch(batch, dm.tokenizer)
+        seen.update(zip(batch.keys, batch.feat_lens.tolist()))
+    assert set(seen) == good_ids
+    assert seen["stereo"] == seen["narrow"] == 118  # 1.2 s resampled to 16 kHz -> 118 frames
+    assert dm.skip_report() == {
+        "audio_corrupt": 1, "audio_empty": 1, "audio_missing": 1, "audio_too_short": 1,
+        "empty_text": 1, "too_short": 1, "untokenizable_text": 1,
+    }
+    # a second epoch does not double-count the same cuts
+    list(dm.train_dataloader())
+    assert dm.skip_report()["audio_missing"] == 1
+
+
+def test_all_bad_batch_does_not_crash(bad_corpus, char_dir):
+    root, _ = bad_corpus
+    dm = _dm(root, char_dir, train_cuts="cuts_allbad.jsonl.gz")
+    assert list(dm.train_dataloader()) == []
+    assert dm.skip_report() == {"audio_corrupt": 1, "audio_missing": 1}
+
+
+def test_constructor_validation(tiny_corpus, spm_dir):
+    with pytest.raises(ValueError, match=r"max_duration_per_utt \(30.0\)"):
+        AsrDataModule(str(tiny_corpus), str(spm_dir), max_duration=20.0, max_duration_per_utt=30.0)

@@ -1,0 +1,103 @@
+import json
+from collections import Counter
+
+import pytest
+
+from asr.data.importers import import_aishell, import_kaldi, import_librispeech, import_nemo, import_wenet
+from conftest import write_tone
+
+
+def test_wenet(tmp_path):
+    write_tone(tmp_path / "wav" / "a.wav", 1.0)
+    write_tone(tmp_path / "wav" / "b.wav", 0.5, sr=8000)
+    lines = [
+        json.dumps({"key": "a", "wav": "wav/a.wav", "txt": "hello  world"}),
+        json.dumps({"key": "b", "wav": str(tmp_path / "wav" / "b.wav"), "txt": "good day"}),
+        json.dumps({"key": "c", "wav": "wav/missing.wav", "txt": "gone"}),
+        "{not json",
+    ]
+    (tmp_path / "data.list").write_text("\n".join(lines) + "\n")
+    skipped = Counter()
+    cuts = import_wenet(tmp_path / "data.list", skipped)
+    assert sorted(cuts.ids) == ["a", "b"]
+    assert cuts["a"].supervisions[0].text == "hello world" and cuts["a"].duration == pytest.approx(1.0)
+    assert cuts["b"].recording.sampling_rate == 8000 and cuts["b"].duration == pytest.approx(0.5)
+    assert skipped == {"audio_missing": 1, "bad_manifest_line": 1}
+
+
+def test_kaldi_with_segments(tmp_path):
+    write_tone(tmp_path / "r1.wav", 3.0)
+    (tmp_path / "wav.scp").write_text(f"r1 {tmp_path / 'r1.wav'}\nr2 sox x.wav -t wav - |\n")
+    (tmp_path / "segments").write_text("u1 r1 0.0 1.0\nu2 r1 1.5 3.0\nu3 r2 0 1\nu4 r1 0 1\n")
+    (tmp_path / "text").write_text("u1 first part\nu2 second part\nu3 piped\n")
+    (tmp_path / "utt2spk").write_text("u1 spk1\nu2 spk2\n")
+    skipped = Counter()
+    cuts = import_kaldi(tmp_path, skipped)
+    assert sorted(cuts.ids) == ["u1", "u2"]
+    assert (cuts["u2"].start, cuts["u2"].duration) == (1.5, 1.5)
+    assert cuts["u2"].supervisions[0].speaker == "spk2"
+    assert cuts["u2"].load_audio().shape == (1, 24000)
+    assert skipped == {"unsupported_wav_command": 1, "no_transcript": 1}
+
+
+def test_kaldi_without_segments(tmp_path):
+    write_tone(tmp_path / "x.flac", 1.0)
+    (tmp_path / "wav.scp").write_text("x x.flac\n")
+    (tmp_path / "text").write_text("x one two\n")
+    cuts = import_kaldi(tmp_path)
+    assert list(cuts.ids) == ["x"] and cuts["x"].duration == pytest.approx(1.0)
+    with pytest.raises(FileNotFoundError, match="wav.scp"):
+        import_kaldi(tmp_path / "nowhere")
+
+
+def test_nemo_with_offset(tmp_path):
+    write_tone(tmp_path / "a" / "long.wav", 4.0)
+    (tmp_path / "a" / "bad.wav").write_bytes(b"\x00" * 10)
+    rows = [
+        {"audio_filepath": "a/long.wav", "duration": 1.0, "text": "one"},
+        {"audio_filepath": "a/long.wav", "duration": 2.0, "offset": 2.0, "text": "two"},
+        {"audio_filepath": "a/bad.wav", "duration": 1.0, "text": "bad"},
+        {"audio_filepath": "a/long.wav", "text": "no duration"},
+    ]
+    (tmp_path / "m.json").write_text("\n".join(json.dumps(r) for r in rows))
+    skipped = Counter()
+    cuts = import_nemo(tmp_path / "m.json", skipped)
+    assert list(cuts.ids) == ["long", "long-1"]
+    assert (cuts["long-1"].start, cuts["long-1"].duration) == (2.0, 2.0)
+    assert cuts["long-1"].supervisions[0].text == "two"
+    assert skipped == {"audio_corrupt": 1, "bad_manifest_line": 1}
+
+
+def test_librispeech(tmp_path):
+    for split, spk, chapter, utts in [("train-clean-5", "19", "198", 2), ("dev-clean", "84", "121", 1)]:
+        folder = tmp_path / split / spk / chapter
+        lines = []
+        for i in range(utts):
+            utt = f"{spk}-{chapter}-{i:04d}"
+            write_tone(folder / f"{utt}.flac", 0.5 + i * 0.25)
+            lines.append(f"{utt} SOME WORDS NUMBER {i}")
+        (folder / f"{spk}-{chapter}.trans.txt").write_text("\n".join(lines) + "\n")
+    splits = import_librispeech(tmp_path)
+    assert sorted(splits) == ["dev-clean", "train-clean-5"]
+    train = splits["train-clean-5"]
+    assert sorted(train.ids) == ["19-198-0000", "19-198-0001"]
+    assert train["19-198-0001"].duration == pytest.approx(0.75)
+    assert train["19-198-0001"].supervisions[0].text == "SOME WORDS NUMBER 1"
+    assert train["19-198-0001"].supervisions[0].speaker == "19"
+
+
+def test_aishell(tmp_path):
+    (tmp_path / "transcript").mkdir()
+    (tmp_path / "transcript" / "aishell_transcript_v0.8.txt").write_text(
+        "BAC009S0002W0122 而 对 楼市 成交 抑制 作用\nBAC009S0764W0121 甚至 出现 交易\n", encoding="utf-8"
+    )
+    write_tone(tmp_path / "wav" / "train" / "S0002" / "BAC009S0002W0122.wav", 1.0)
+    write_tone(tmp_path / "wav" / "train" / "S0002" / "BAC009S0002W0999.wav", 1.0)  # no transcript
+    write_tone(tmp_path / "wav" / "test" / "S0764" / "BAC009S0764W0121.wav", 0.5)
+    skipped = Counter()
+    splits = import_aishell(tmp_path, skipped)
+    assert sorted(splits) == ["test", "train"]
+    assert list(splits["train"].ids) == ["BAC009S0002W0122"]
+    assert splits["train"]["BAC009S0002W0122"].supervisions[0].text == "而对楼市成交抑制作用"
+    assert splits["test"]["BAC009S0764W0121"].supervisions[0].speaker == "S0764"
+    assert skipped == {"no_transcript": 1}
