@@ -1,13 +1,14 @@
 """Run one scheme's training as a subprocess of ``scripts/train.py``.
 
 A subprocess isolates a crashing or diverging scheme from the others and gives a
-clean peak-memory number: ``os.wait4`` returns the resource usage of exactly that
-child (including its reaped DataLoader workers), where ``RUSAGE_CHILDREN`` would
-keep the maximum over every scheme trained so far.
+clean peak-memory number: the :mod:`asr.ablation.peak_rss` launcher reports the
+resource usage of exactly that run (including its reaped DataLoader workers),
+where ``RUSAGE_CHILDREN`` here would keep the maximum over every scheme so far.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from asr.ablation.results import last_line
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
 TRAIN_LOG = "train.log"
+PEAK_RSS_NAME = "peak_rss.json"
 STEP_TIMER_TARGET = "asr.ablation.step_timer.StepTimer"
 
 
@@ -116,71 +118,67 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
     """Run the training subprocess to completion; its output goes to ``run_dir/train.log``.
 
     ``command`` replaces the default ``scripts/train.py`` command (tests use it).
+    It runs under :mod:`asr.ablation.peak_rss` for an honest peak-memory number.
     Ctrl-C stops the child's whole process group and re-raises, leaving the
     run's ``last.ckpt`` for a later resume.
     """
     job.run_dir.mkdir(parents=True, exist_ok=True)
     log_path = job.run_dir / TRAIN_LOG
+    rss_path = job.run_dir / PEAK_RSS_NAME
+    rss_path.unlink(missing_ok=True)
     cmd = list(command) if command is not None else train_command(job)
+    launcher = [sys.executable, "-m", "asr.ablation.peak_rss", str(rss_path), "--", *cmd]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
     start = time.monotonic()
     with log_path.open("a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True
+            launcher, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True
         )
         try:
-            status, usage, timed_out = _wait_with_usage(proc, job.timeout_s)
+            returncode, timed_out = _wait(proc, job.timeout_s)
         except BaseException:
             _kill_group(proc)
             raise
-    wall = time.monotonic() - start
-    # ru_maxrss is in KiB on Linux.
     return TrainOutcome(
-        returncode=os.waitstatus_to_exitcode(status) if status is not None else -9,
-        wall_s=wall,
-        peak_rss_mb=usage.ru_maxrss / 1024.0 if usage is not None else float("nan"),
+        returncode=returncode,
+        wall_s=time.monotonic() - start,
+        peak_rss_mb=_read_peak_rss(rss_path),
         log_path=log_path,
         timed_out=timed_out,
     )
 
 
-def _wait_with_usage(proc: subprocess.Popen, timeout_s: float | None):
-    """Reap ``proc`` with ``os.wait4`` (its own rusage), killing it past ``timeout_s``."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return status, usage, False
-        if deadline is not None and time.monotonic() > deadline:
-            status, usage = _kill_group(proc)
-            return status, usage, True
-        time.sleep(0.2)
+def _read_peak_rss(path: Path) -> float:
+    try:
+        return float(json.loads(path.read_text())["peak_rss_mb"])
+    except (OSError, ValueError, KeyError):
+        return float("nan")  # killed before it could write (timeout): the report shows n/a
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0):
-    """SIGTERM (then SIGKILL) the child's process group and reap the child: ``(status, rusage)``.
+def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int, bool]:
+    """``(returncode, timed_out)``; past ``timeout_s`` the process group is killed."""
+    try:
+        return proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return proc.wait(), True
 
-    The child leads its own session, so the signal reaches its DataLoader workers too;
-    SIGTERM first lets Lightning stop cleanly.
-    """
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL, the child's process group (it leads its own session, so
+    this reaches the training process and its DataLoader workers); SIGTERM first
+    lets Lightning stop cleanly."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid == proc.pid:
-                break
-            time.sleep(0.1)
-        else:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(proc.pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        return None, None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return status, usage
+            proc.wait()
+    except ProcessLookupError:
+        pass
 
 
 def _error_tail(log_path: Path, max_bytes: int = 20000) -> str:

@@ -22,11 +22,16 @@ def test_overrides_carry_scheme_budget_and_resume(tmp_path: Path) -> None:
 def test_peak_rss_is_the_childs_own(tmp_path: Path) -> None:
     job = TrainJob(scheme="rel_xl", run_dir=tmp_path / "a", data_dir="d", budget_steps=1)
     big = run_training(job, [sys.executable, "-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"])
+    # A large parent must not leak into the child's number (Linux keeps the RSS
+    # high-water mark across exec; the launcher is what keeps it out).
+    ballast = bytearray(400 * 2**20)
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
     small = run_training(job, [sys.executable, "-c", "pass"])
+    del ballast
     assert big.ok and small.ok
     assert big.peak_rss_mb > 300
-    # wait4 gives each child's own peak, not the maximum over earlier children.
-    assert small.peak_rss_mb < 200
+    # Each run's own peak, not the maximum over earlier children.
+    assert small.peak_rss_mb < 150
 
 
 def test_failure_reports_the_exception_line(tmp_path: Path) -> None:
