@@ -45,10 +45,12 @@ def model_kwargs_from_config(model_cfg: dict, pos_enc_cfg: dict, tokenizer: Any)
 
 def pack_tokenizer(tokenizer_path: str | Path) -> dict:
     """``{"name": str, "is_dir": bool, "files": {file name: bytes}}`` for a tokenizer
-    model file or a folder of them (one level)."""
+    model file or a tokenizer folder (its ``*.model`` / ``units.txt``)."""
     path = Path(tokenizer_path)
     if path.is_dir():
-        files = {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+        # Only what load_tokenizer reads: the folder may also hold the (large) training text.
+        files = {p.name: p.read_bytes() for p in sorted(path.iterdir())
+                 if p.is_file() and (p.suffix == ".model" or p.name == "units.txt")}
     elif path.is_file():
         files = {path.name: path.read_bytes()}
     else:

@@ -99,8 +99,19 @@ class AsrLightningModule(pl.LightningModule):
         bad = self.trainer.strategy.reduce(bad, reduce_op="sum")
         return bool(bad.item() > 0)
 
+    def _zero_loss_on_every_parameter(self) -> torch.Tensor:
+        """A zero loss whose backward gives every parameter a zero gradient, so this
+        rank still joins the DDP gradient all-reduce of the other ranks' real losses."""
+        return sum(p.sum() for p in self.model.parameters() if p.requires_grad) * 0.0
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         chunk_size, left_chunks = self.chunks.sample()
+        if batch.feats.shape[0] == 0:
+            # Under DDP the data module yields an empty batch (every cut unreadable)
+            # rather than desynchronising the ranks; keep the flag all-reduce in step too.
+            if self._any_rank_nonfinite(torch.zeros((), device=self.device)):
+                return torch.zeros((), device=self.device, requires_grad=True)
+            return self._zero_loss_on_every_parameter()
         out = self.model(
             batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
             chunk_size=chunk_size, left_chunks=left_chunks,
@@ -142,6 +153,8 @@ class AsrLightningModule(pl.LightningModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         batch_size = int(batch.feats.shape[0])
+        if batch_size == 0:
+            return
         out = self.model(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens)
         self.log("val_loss", out["loss"].float(), batch_size=batch_size, sync_dist=True, prog_bar=True)
         for name, (chunk_size, left_chunks) in self.val_settings.items():

@@ -19,23 +19,17 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from asr.data.cmvn import load_cmvn
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.module import AsrLightningModule
 
 
-def load_cmvn(data_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean (F,), istd (F,)) from ``<data_dir>/cmvn.json``."""
+def cmvn_from_data_dir(data_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean (F,), istd (F,)) from ``<data_dir>/cmvn.json``, with a hint when it is missing."""
     path = Path(data_dir) / "cmvn.json"
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing: global CMVN stats are computed by scripts/prepare_data.py."
-        )
-    stats = json.loads(path.read_text())
-    mean = torch.tensor(stats["mean"], dtype=torch.float32)
-    istd = torch.tensor(stats["istd"], dtype=torch.float32)
-    if not (torch.isfinite(mean).all() and torch.isfinite(istd).all()):
-        raise ValueError(f"{path} holds non-finite CMVN statistics.")
-    return mean, istd
+        raise FileNotFoundError(f"{path} is missing: global CMVN stats are computed by scripts/prepare_data.py.")
+    return load_cmvn(path)
 
 
 def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str | None:
@@ -76,7 +70,7 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
         tokenizer,
     )
     model = build_asr_model(**model_kwargs)
-    model.encoder.set_cmvn(*load_cmvn(cfg.data.data_dir))
+    model.encoder.set_cmvn(*cmvn_from_data_dir(cfg.data.data_dir))
     sched, stream = cfg.optim.scheduler, cfg.streaming
     debug = cfg.get("debug") or {}
     return AsrLightningModule(
@@ -103,6 +97,22 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
         debug_nan_on_rank=debug.get("nan_on_rank", -1),
         debug_nan_at_step=debug.get("nan_at_step", -1),
     )
+
+
+def _expose_batch_sampler(datamodule: pl.LightningDataModule) -> None:
+    """Lightning reads ``loader.batch_sampler`` off every loader it is given; the data
+    module's loaders wrap a DataLoader without forwarding it. Forward it (None: the
+    Lhotse sampler yields whole batches), leaving loaders that have it untouched."""
+    for name in ("train_dataloader", "val_dataloader"):
+        make = getattr(datamodule, name)
+
+        def make_with_batch_sampler(make=make):
+            loader = make()
+            if not hasattr(loader, "batch_sampler"):
+                loader.batch_sampler = getattr(getattr(loader, "loader", None), "batch_sampler", None)
+            return loader
+
+        setattr(datamodule, name, make_with_batch_sampler)
 
 
 def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
@@ -140,11 +150,14 @@ def train(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    datamodule = instantiate(cfg.data)
-    module = build_module(cfg, datamodule.tokenizer)
     callbacks = _instantiate_all(cfg.get("callbacks"))
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # The Trainer knows this process's rank already (DDP children are started with
+    # LOCAL_RANK/NODE_RANK set), so the data module can shard its samplers from the start.
+    datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank)
+    _expose_batch_sampler(datamodule)
+    module = build_module(cfg, datamodule.tokenizer)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

@@ -22,7 +22,7 @@ def parameter_checksum(module: torch.nn.Module) -> float:
 
 
 class BatchTrace(pl.Callback):
-    """Appends ``{rank, step, keys, checksum_before, checksum_after, nonfinite_skips}``
+    """Appends ``{rank, step, epoch, keys, checksum_before, checksum_after, nonfinite_skips}``
     per training batch to ``<out_dir>/trace_rank<r>.jsonl``."""
 
     def __init__(self, out_dir: str) -> None:
@@ -40,6 +40,7 @@ class BatchTrace(pl.Callback):
             "rank": trainer.global_rank,
             # global_step has already advanced past this batch's optimizer step.
             "step": trainer.global_step - 1,
+            "epoch": trainer.current_epoch,
             "keys": list(batch.keys),
             "checksum_before": self._before,
             "checksum_after": parameter_checksum(pl_module),

@@ -1,0 +1,135 @@
+"""End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
+
+Usage (from the repository root):
+    python scripts/quickstart.py                  # everything, ~45 min on a 2-core CPU
+    python scripts/quickstart.py --train-minutes 20
+    python scripts/quickstart.py --retrain        # train again in a new run folder
+    python scripts/quickstart.py --help
+
+Steps (each one reuses what earlier runs left):
+ 1. build the synthetic corpus, tokenizer and CMVN in data/synth (scripts/prepare_data.py)
+    unless they exist;
+ 2. train experiment=quickstart (scripts/train.py) into exp/quickstart_rel_xl, resuming
+    an interrupted run there; skipped when that run finished;
+ 3. average the best checkpoints (scripts/average_checkpoints.py);
+ 4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
+    at chunk 16 (scripts/decode.py);
+ 5. stream one test utterance chunk by chunk (scripts/stream.py);
+ 6. print a summary table: WER per mode, where checkpoints, logs and results are, time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def run(cmd: list[str], what: str) -> None:
+    """Run one step, streaming its output; stop the quickstart with its exit code on failure."""
+    print(f"\n=== {what}\n$ {' '.join(cmd)}", flush=True)
+    code = subprocess.call(cmd, cwd=ROOT)
+    if code != 0:
+        sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
+
+
+def corpus_ready(data_dir: Path) -> bool:
+    needed = ["cuts_train.jsonl.gz", "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", "tokenizer"]
+    return all((data_dir / name).exists() for name in needed)
+
+
+def first_test_audio(data_dir: Path) -> str | None:
+    """Path of the first test utterance's audio (read straight from the manifest)."""
+    with gzip.open(data_dir / "cuts_test.jsonl.gz", "rt") as f:
+        for line in f:
+            cut = json.loads(line)
+            recording = cut.get("recording") or {}
+            for source in recording.get("sources", []):
+                if source.get("type") == "file":
+                    path = Path(source["source"])
+                    return str(path if path.is_absolute() else ROOT / path)
+    return None
+
+
+def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int) -> dict:
+    cmd = [PY, "scripts/decode.py", "--ckpt", str(ckpt), "--split", "test", "--modes", modes,
+           "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
+    run(cmd, f"decode test ({'full context' if chunk == 0 else f'chunk {chunk}'})")
+    return json.loads((out_dir / "summary.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="data/synth")
+    parser.add_argument("--run-dir", default="exp/quickstart_rel_xl")
+    parser.add_argument("--train-minutes", type=float, default=30.0, help="wall-clock training budget")
+    parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
+    parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for decoding")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for scripts/train.py")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    data_dir = ROOT / args.data_dir
+    run_dir = Path(args.run_dir)
+    if args.retrain:
+        run_dir = Path(f"{args.run_dir}_{time.strftime('%Y%m%d_%H%M%S')}")
+    run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
+
+    if corpus_ready(data_dir):
+        print(f"corpus, tokenizer and CMVN found in {data_dir}")
+    else:
+        run([PY, "scripts/prepare_data.py", "--out-dir", str(data_dir)], "prepare synth corpus")
+
+    summary_file = run_dir / "train_summary.json"
+    if summary_file.is_file():
+        print(f"training already finished in {run_dir} (use --retrain to train again)")
+    else:
+        minutes = int(args.train_minutes)
+        seconds = int(round((args.train_minutes - minutes) * 60))
+        max_time = f"00:{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}"
+        run([PY, "scripts/train.py", "experiment=quickstart", f"hydra.run.dir={run_dir}",
+             f"data.data_dir={args.data_dir}", f"trainer.max_time='{max_time}'", "resume=true",
+             *args.overrides], "train")
+    train_summary = json.loads(summary_file.read_text())
+
+    ckpt = Path(train_summary["best_checkpoint"] or run_dir / "checkpoints" / "last.ckpt")
+    if args.average > 1:
+        avg = run_dir / "checkpoints" / f"avg{args.average}.ckpt"
+        run([PY, "scripts/average_checkpoints.py", str(run_dir), "--num", str(args.average), "--out", str(avg)],
+            "average checkpoints")
+        ckpt = avg
+
+    results = run_dir / "decode"
+    full = decode(ckpt, results / "test_full", "attention_rescoring,ctc_greedy", 0, args.threads)
+    stream = decode(ckpt, results / "test_chunk16", "attention_rescoring,ctc_greedy", 16, args.threads)
+
+    audio = first_test_audio(data_dir)
+    if audio:
+        run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", audio],
+            "stream one test file")
+
+    rows = [("full context", m, r) for m, r in full["modes"].items()]
+    rows += [("chunk 16", m, r) for m, r in stream["modes"].items()]
+    print("\n" + "=" * 72)
+    print(f"{'context':<14}{'mode':<22}{'WER %':>8}{'CER %':>8}{'RTF':>8}")
+    for ctx, mode, r in rows:
+        print(f"{ctx:<14}{mode:<22}{100 * r['wer']:>8.2f}{100 * r['cer']:>8.2f}{r['rtf']:>8.3f}")
+    wer = train_summary["best_val_wer"]
+    print("-" * 72)
+    print(f"checkpoint  : {ckpt}")
+    print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
+    print(f"results     : {results}")
+    print(f"best dev WER: {'n/a' if wer is None else f'{100 * wer:.2f}%'} after {train_summary['global_step']} steps")
+    print(f"train time  : {train_summary['seconds'] / 60:.1f} min; total {(time.monotonic() - start) / 60:.1f} min")
+    print("=" * 72)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""train(cfg) with the real configs shrunk, on a tiny random-noise corpus."""
+
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from asr.train.checkpoint import load_model, top_k_checkpoints, write_averaged_checkpoint
+from asr.train.run import train
+
+from tiny_corpus import CONF, make_tiny_corpus, tiny_overrides
+
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_tiny_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*tiny_overrides(corpus, out), "trainer.max_epochs=2",
+                                          "callbacks.model_checkpoint.save_top_k=2"])
+    return cfg, train(cfg), out
+
+
+def test_train_writes_checkpoints_logs_and_summary(trained):
+    cfg, summary, out = trained
+    assert summary["global_step"] > 0 and summary["epochs"] == 2
+    assert (out / "checkpoints" / "last.ckpt").is_file()
+    assert summary["best_checkpoint"] and summary["best_val_wer"] is not None
+    assert (out / "csv" / "metrics.csv").is_file()
+    assert json.loads((out / "train_summary.json").read_text())["global_step"] == summary["global_step"]
+    assert summary["nonfinite_skips"] == 0 and isinstance(summary["skipped_utterances"], dict)
+
+
+def test_load_model_rebuilds_without_hydra(trained, corpus):
+    cfg, summary, out = trained
+    model, tokenizer, saved_cfg = load_model(out / "checkpoints" / "last.ckpt")
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items()}
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert tokenizer.vocab_size == model.vocab_size and tokenizer.sos_eos_id == model.sos_eos_id
+    assert saved_cfg.pos_enc.name == "rel_xl" and saved_cfg.data.data_dir == str(corpus)
+    # CMVN from cmvn.json travelled with the weights.
+    assert torch.allclose(model.encoder.cmvn_istd, torch.full((80,), 0.25))
+    assert not model.training
+
+
+def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):
+    cfg, summary, out = trained
+    ranked = top_k_checkpoints(out, 2)
+    assert len(ranked) == 2 and ranked[0][1] <= ranked[1][1]
+    avg = write_averaged_checkpoint([p for p, _ in ranked], tmp_path / "avg.ckpt")
+    model, _, _ = load_model(avg)
+    a, b = (load_model(p)[0].state_dict() for p, _ in ranked)
+    for k, v in model.state_dict().items():
+        if v.is_floating_point():
+            assert torch.allclose(v, (a[k] + b[k]) / 2, atol=1e-6)
