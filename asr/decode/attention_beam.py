@@ -1,5 +1,9 @@
 """Beam search over the attention decoder (left-to-right), batched over the beam.
 
+Each step feeds one token per beam to the decoder's incremental path
+(``AsrModel.attention_step``, cached keys/values); the beam's cache rows are
+reordered with the surviving hypotheses.
+
 Axis legend: W beam width, U prefix length, T' encoder frames, D model dim, V vocab.
 
 Length handling: a hypothesis ends when it emits <eos>; an ended hypothesis
@@ -21,7 +25,7 @@ import torch
 
 @torch.no_grad()
 def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_len: int) -> list[int]:
-    """Best hypothesis of a beam search over ``model.attention_log_probs``.
+    """Best hypothesis of a beam search over the decoder (``model.attention_step``).
 
     Args:
         model: an ``AsrModel`` with an attention decoder.
@@ -43,16 +47,16 @@ def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_
     T_valid = int(enc_len)
     if T_valid == 0:
         return []
-    memory = enc_out[:, :T_valid].expand(beam, -1, -1)  # (W, T', D)
-    memory_lens = torch.full((beam,), T_valid, dtype=torch.long, device=device)
+    state = model.init_attention_state(enc_out, T_valid)  # memory keys/values shared by the W rows
     hyps = torch.full((beam, 1), eos, dtype=torch.long, device=device)  # (W, 1): <sos>
     # Only row 0 is live at the start, so the first step does not pick W copies of one token.
-    scores = torch.full((beam,), float("-inf"), device=device)
+    scores = torch.full((beam,), float("-inf"), dtype=torch.float64, device=device)
     scores[0] = 0.0
     ended = torch.zeros(beam, dtype=torch.bool, device=device)
 
     for step in range(max_len + 1):
-        logp = model.attention_log_probs(memory, memory_lens, hyps).double()  # (W, V)
+        logp, state = model.attention_step(hyps[:, -1], state)  # (W, V)
+        logp = logp.double()
         V = logp.shape[1]
         if step == max_len:
             forced = torch.full_like(logp, float("-inf"))
@@ -60,11 +64,12 @@ def attention_beam_search(model, enc_out: torch.Tensor, enc_len, beam: int, max_
             logp = forced
         logp[ended] = float("-inf")
         logp[ended, eos] = 0.0
-        cand = scores.double()[:, None] + logp  # (W, V)
+        cand = scores[:, None] + logp  # (W, V)
         top_scores, flat = cand.view(-1).topk(beam)  # (W,)
         src, tok = flat // V, flat % V
         hyps = torch.cat([hyps[src], tok[:, None]], dim=1)  # (W, U+1)
-        scores = top_scores.float()
+        state = state.select(src)
+        scores = top_scores
         ended = tok == eos
         if bool(ended.any()) and (bool(ended.all()) or scores[ended].max() >= scores[~ended].max()):
             break

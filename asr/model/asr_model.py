@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asr.model.ctc import ctc_loss, label_smoothing_loss
-from asr.model.decoder import TransformerDecoder
+from asr.model.decoder import DecoderState, TransformerDecoder
 
 
 def add_sos_eos(
@@ -204,6 +204,20 @@ class AsrModel(nn.Module):
         """
         logits = self._require_decoder()(enc_out, enc_lens, prefixes)  # (N, U, V)
         return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def init_attention_state(self, enc_out: torch.Tensor, enc_len) -> DecoderState:
+        """Incremental left-to-right decoding state over one utterance: enc_out (1, T', D), enc_len int."""
+        T_valid = int(enc_len)
+        lens = torch.tensor([T_valid], dtype=torch.long, device=enc_out.device)
+        return self._require_decoder().init_state(enc_out[:, :T_valid], lens)
+
+    def attention_step(self, tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """Feed tokens (N,) (<sos> first); returns next-token log-probs (N, V) and the new state.
+
+        Same numbers as ``attention_log_probs`` on the whole prefixes, at O(U) per step.
+        """
+        logits, state = self._require_decoder().step(tokens, state)
+        return F.log_softmax(logits.float(), dim=-1), state
 
     def score_hypotheses(
         self, enc_out: torch.Tensor, enc_len, hyps: list[list[int]], reverse_weight: float = 0.0

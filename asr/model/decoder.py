@@ -8,6 +8,11 @@ token at every position. A right-to-left decoder (U2++) is simply a second
 instance of the same class trained on reversed targets, so no separate class
 exists for it.
 
+Two paths: ``forward`` (whole prefixes, training and the reference) and
+``init_state`` / ``step`` (one token per call with cached self-attention keys
+and values and cross-attention keys/values computed once), used by beam
+search so that a step costs O(U) instead of re-running the O(U^2) prefix.
+
 Masks are boolean with True = "may attend" and go straight to
 ``scaled_dot_product_attention``: a bool mask keeps the fused CPU kernels
 (a float mask would not) and there is no positional bias to add here.
@@ -16,6 +21,7 @@ Masks are boolean with True = "may attend" and go straight to
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -66,22 +72,28 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Attend from query (B, U, D) to memory (B, K, D).
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory (B, K, D) -> keys, values (B, H, K, Dh) each."""
+        return self._split(self.w_k(memory)), self._split(self.w_v(memory))
+
+    def attend(
+        self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """query (B, U, D) over projected k, v (B, H, K, Dh) -> (B, U, D).
 
         Args:
-            mask: bool, broadcastable to (B, H, U, K); True = may attend. Every
-                query row must allow at least one key (a fully masked row is NaN).
-        Returns:
-            (B, U, D)
+            mask: bool, broadcastable to (B, H, U, K); True = may attend; None = all.
+                Every query row must allow at least one key (a fully masked row is NaN).
         """
         B, U, D = query.shape
         q = self._split(self.w_q(query))  # (B, H, U, Dh)
-        k = self._split(self.w_k(memory))  # (B, H, K, Dh)
-        v = self._split(self.w_v(memory))  # (B, H, K, Dh)
         p = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, U, Dh)
         return self.w_out(out.transpose(1, 2).reshape(B, U, D))
+
+    def forward(self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Attend from query (B, U, D) to memory (B, K, D) -> (B, U, D)."""
+        return self.attend(query, *self.project_kv(memory), mask)
 
 
 class DecoderLayer(nn.Module):
@@ -107,6 +119,47 @@ class DecoderLayer(nn.Module):
         x = x + self.dropout(self.self_attn(h, h, self_mask))
         x = x + self.dropout(self.cross_attn(self.norm_cross(x), memory, memory_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+    def step(
+        self,
+        x: torch.Tensor,
+        self_kv: tuple[torch.Tensor, torch.Tensor] | None,
+        cross_kv: tuple[torch.Tensor, torch.Tensor],
+        memory_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One new position x (N, 1, D) given the cached self-attention k, v (N, H, u, Dh) of
+        the earlier positions; returns (N, 1, D) and the k, v extended to u + 1."""
+        h = self.norm_self(x)
+        k, v = self.self_attn.project_kv(h)  # (N, H, 1, Dh)
+        if self_kv is not None:
+            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
+        # The new position is the last one: it may see every cached key, so no mask.
+        x = x + self.self_attn.attend(h, k, v, None)
+        N = x.shape[0]
+        cross_k, cross_v = (t.expand(N, -1, -1, -1) for t in cross_kv)  # (N, H, T', Dh) views
+        x = x + self.cross_attn.attend(self.norm_cross(x), cross_k, cross_v, memory_mask)
+        return x + self.ffn(self.norm_ffn(x)), (k, v)
+
+
+@dataclass
+class DecoderState:
+    """Incremental decoding state of N hypotheses over one shared memory.
+
+    self_kv: per layer, keys/values (N, H, u, Dh) of the u tokens fed so far (None before the first).
+    cross_kv: per layer, memory keys/values (1 or N, H, T', Dh), computed once.
+    memory_mask: (1 or N, 1, 1, T') bool.
+    length: u, tokens fed so far (the next token's position).
+    """
+
+    self_kv: list[tuple[torch.Tensor, torch.Tensor] | None]
+    cross_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    memory_mask: torch.Tensor
+    length: int = 0
+
+    def select(self, index: torch.Tensor) -> "DecoderState":
+        """Keep hypotheses ``index`` (N',) of the self-attention cache (beam reordering)."""
+        kv = [None if c is None else (c[0][index], c[1][index]) for c in self.self_kv]
+        return DecoderState(kv, self.cross_kv, self.memory_mask, self.length)
 
 
 class TransformerDecoder(nn.Module):
@@ -184,3 +237,33 @@ class TransformerDecoder(nn.Module):
         for layer in self.layers:
             x = layer(x, self_mask, memory, memory_mask)
         return self.output(self.final_norm(x))  # (B, U, V)
+
+    def init_state(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderState:
+        """Start incremental decoding over memory (B, T', D), memory_lens (B,).
+
+        Pass B = 1 to share one utterance's memory between all hypotheses: the
+        cross-attention keys/values then broadcast over any number of rows.
+        """
+        memory_mask = length_mask(memory_lens.clamp(min=1), memory.shape[1])[:, None, None, :]  # (B, 1, 1, T')
+        cross = [layer.cross_attn.project_kv(memory) for layer in self.layers]
+        return DecoderState([None] * len(self.layers), cross, memory_mask)
+
+    def step(self, tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """Feed one token per hypothesis; equals ``forward`` on the whole prefixes (eval mode).
+
+        Args:
+            tokens: (N,) the token at position ``state.length`` (<sos> first).
+        Returns:
+            logits (N, V) for the next position, and the advanced state.
+        """
+        if self.training:
+            raise ValueError("step() is for decoding: call .eval() first (it applies no dropout).")
+        x = self.embed(tokens[:, None]) * math.sqrt(self.d_model)  # (N, 1, D)
+        pos = sinusoid_table(state.length + 1, self.d_model, device=tokens.device, dtype=x.dtype)[-1]  # (D,)
+        x = x + pos
+        new_kv = []
+        for layer, kv, cross in zip(self.layers, state.self_kv, state.cross_kv):
+            x, kv = layer.step(x, kv, cross, state.memory_mask)
+            new_kv.append(kv)
+        logits = self.output(self.final_norm(x))[:, 0]  # (N, V)
+        return logits, DecoderState(new_kv, state.cross_kv, state.memory_mask, state.length + 1)

@@ -64,8 +64,8 @@ def test_search_stops_once_no_running_hypothesis_can_win(tiny_model, tiny_feats,
     eos_bias(6.0)  # <eos> first is by far the best
     enc, enc_lens = tiny_model.encode(*tiny_feats)
     calls = []
-    original = tiny_model.attention_log_probs
-    monkeypatch.setattr(tiny_model, "attention_log_probs", lambda *a: calls.append(1) or original(*a))
+    original = tiny_model.attention_step
+    monkeypatch.setattr(tiny_model, "attention_step", lambda *a: calls.append(1) or original(*a))
     n = int(enc_lens[0])
     assert attention_beam_search(tiny_model, enc[:1], n, beam=4, max_len=n) == []
     assert len(calls) <= 2 < n

@@ -128,6 +128,12 @@ def test_score_hypotheses_equals_stepwise_attention_log_probs():
             total += logp[0, tok].item()
             prefix.append(tok)
         assert got == pytest.approx(total, abs=1e-4)
+    # The incremental path gives the same next-token log-probs as the full prefix.
+    state = model.init_attention_state(enc, enc_lens[0])
+    prefix = torch.tensor([[SOS, 3, 1, 4]])
+    for u in range(prefix.shape[1]):
+        step_logp, state = model.attention_step(prefix[:, u], state)
+        assert torch.allclose(step_logp, model.attention_log_probs(enc, enc_lens, prefix[:, : u + 1]), atol=1e-5)
     # The r2l mix is the weighted sum of the two directions.
     r2l = model.score_hypotheses(enc, enc_lens[0], hyps, reverse_weight=1.0)
     mixed = model.score_hypotheses(enc, enc_lens[0], hyps, reverse_weight=0.25)

@@ -71,3 +71,28 @@ def test_bad_arguments_raise_with_values():
         TransformerDecoder(V, 30, num_heads=4)
     with pytest.raises(ValueError, match=r"num_layers \(0\)"):
         TransformerDecoder(V, D, num_layers=0)
+
+
+def test_incremental_steps_equal_the_full_forward_with_beam_reordering():
+    dec = make_decoder(4)
+    memory = torch.randn(1, 6, D)
+    mem_lens = torch.tensor([5])  # frame 5 is padding and must stay ignored
+    g = torch.Generator().manual_seed(0)
+    prefixes = torch.cat([torch.full((3, 1), 8), torch.randint(0, V, (3, 5), generator=g)], dim=1)  # (3, 6)
+    state = dec.init_state(memory, mem_lens)
+    rows = torch.arange(3)
+    for u in range(prefixes.shape[1]):
+        if u == 3:
+            # Reorder as a beam search would: rows now follow hypotheses 2, 0, 0.
+            order = torch.tensor([2, 0, 0])
+            state, rows, prefixes = state.select(order), rows[order], prefixes[order]
+        logits, state = dec.step(prefixes[:, u], state)  # (3, V)
+        full = dec(memory.expand(3, -1, -1), mem_lens.expand(3), prefixes[:, : u + 1])[:, -1]
+        assert torch.allclose(logits, full, atol=1e-5), u
+    assert state.length == 6
+
+
+def test_step_refuses_training_mode():
+    dec = make_decoder().train()
+    with pytest.raises(ValueError, match="eval"):
+        dec.step(torch.tensor([8]), dec.init_state(torch.randn(1, 3, D), torch.tensor([3])))
