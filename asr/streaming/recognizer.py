@@ -103,6 +103,9 @@ class StreamingRecognizer:
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
+        if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
+            # Fail here, not in finalize() after a whole utterance has been streamed.
+            raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
         if extractor is None:
             from asr.data.features import FbankExtractor
 

@@ -61,19 +61,21 @@ def test_incremental_fbank_equals_whole_utterance_fbank(extractor):
     assert torch.allclose(torch.cat(parts), whole, atol=1e-4)
 
 
-@pytest.fixture(scope="module")
-def model():
+def make_model(pos_enc: str = "rel_xl", **scheme) -> AsrModel:
     torch.manual_seed(0)
-    enc = build_encoder(pos_enc="rel_xl", input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2, ffn_dim=64,
-                        conv_kernel=3, causal=True, subsampling=4, dropout=0.0)
+    enc = build_encoder(pos_enc=pos_enc, **scheme, input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2,
+                        ffn_dim=64, conv_kernel=3, causal=True, subsampling=4, dropout=0.0)
     enc.set_cmvn(torch.full((N_MELS,), 5.0), torch.full((N_MELS,), 0.3))
     return AsrModel(enc, VOCAB, SOS, decoder_layers=1, r2l_decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64,
                     decoder_dropout=0.0, reverse_weight=0.3).eval()
 
 
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("chunk_size,left_chunks", [(2, 1), (4, -1)])
-def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, seed, chunk_size, left_chunks):
+@pytest.fixture(scope="module")
+def model():
+    return make_model()
+
+
+def check_streaming_equals_full(model, seed, chunk_size, left_chunks):
     g = torch.Generator().manual_seed(seed)
     wave = 0.1 * torch.randn(int(torch.randint(8000, 20000, (1,), generator=g)), generator=g)
     rec = StreamingRecognizer(model, Tokens(), chunk_size, left_chunks, beam=1, extractor=KaldiFbank())
@@ -87,6 +89,18 @@ def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, se
     assert torch.allclose(rec.encoder_output(), enc, atol=1e-4)
     assert rec.partial_tokens() == full
     assert len(full) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("chunk_size,left_chunks", [(2, 1), (4, -1)])
+def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, seed, chunk_size, left_chunks):
+    check_streaming_equals_full(model, seed, chunk_size, left_chunks)
+
+
+@pytest.mark.parametrize("pos_enc,scheme", [("shaw", {"max_distance": 4}), ("rel_bias", {"max_distance": 4}),
+                                            ("abs_sin", {}), ("rope", {}), ("none", {})])
+def test_streaming_equals_full_forward_for_other_position_schemes(pos_enc, scheme):
+    check_streaming_equals_full(make_model(pos_enc, **scheme), 3, 3, 1)
 
 
 def test_finalize_rescores_the_nbest_and_records_timings(model):
@@ -117,6 +131,9 @@ def test_finalize_rescores_the_nbest_and_records_timings(model):
 def test_bad_input_raises(model):
     with pytest.raises(ValueError, match=r"chunk_size \(0\)"):
         StreamingRecognizer(model, Tokens(), 0, 1, extractor=KaldiFbank())
+    ctc_att = AsrModel(model.encoder, VOCAB, SOS, decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64)
+    with pytest.raises(ValueError, match=r"reverse_weight \(0.5\)"):
+        StreamingRecognizer(ctc_att, Tokens(), 2, 1, reverse_weight=0.5, extractor=KaldiFbank())
     rec = StreamingRecognizer(model, Tokens(), 2, 1, extractor=KaldiFbank())
     with pytest.raises(ValueError, match=r"1-D"):
         rec.accept_waveform(torch.zeros(2, 100))
