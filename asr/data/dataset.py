@@ -101,12 +101,17 @@ class SkipCountingLoader:
         self.world_size = world_size
 
     def __iter__(self) -> Iterator[Batch]:
+        before = sum(len(ids) for ids in self.skipped.values())
         for batch, skipped in self.loader:
             for reason, cut_id in skipped:
                 self.skipped[reason].add(cut_id)
             if batch.feats.shape[0] == 0 and self.world_size == 1:
                 continue
             yield batch
+        after = sum(len(ids) for ids in self.skipped.values())
+        if after > before:
+            report = {reason: len(ids) for reason, ids in sorted(self.skipped.items()) if ids}
+            log.warning("data: %d more cuts skipped this pass; skipped so far by reason: %s", after - before, report)
 
 
 def new_skip_registry() -> dict[str, set[str]]:

@@ -121,3 +121,9 @@ def test_all_bad_batch_does_not_crash(bad_corpus, char_dir):
 def test_constructor_validation(tiny_corpus, spm_dir):
     with pytest.raises(ValueError, match=r"max_duration_per_utt \(30.0\)"):
         AsrDataModule(str(tiny_corpus), str(spm_dir), max_duration=20.0, max_duration_per_utt=30.0)
+
+
+def test_noise_mixing_runs(tiny_corpus, spm_dir):
+    dm = _dm(tiny_corpus, spm_dir, noise_cuts="cuts_dev.jsonl.gz", speed_perturb=True)
+    batches = list(dm.train_dataloader())
+    assert batches and all(torch.isfinite(b.feats).all() for b in batches)

@@ -1,0 +1,37 @@
+"""scripts/prepare_data.py end to end on an imported Wenet list (char units)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+from asr.data.tokenizer import load_tokenizer
+from conftest import write_tone
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prepare_data.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("prepare_data", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prepare_wenet_corpus(tmp_path, capsys):
+    for split, n in (("train", 3), ("dev", 1)):
+        rows = []
+        for i in range(n):
+            write_tone(tmp_path / "src" / f"{split}{i}.wav", 0.6 + 0.1 * i, freq=200 + 50 * i)
+            rows.append(json.dumps({"key": f"{split}{i}", "wav": f"{split}{i}.wav", "txt": f"hello {split} {i}"}))
+        (tmp_path / "src" / f"{split}.list").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    _load_script().main([
+        "--corpus", "wenet", "--src", f"train={tmp_path / 'src' / 'train.list'}",
+        f"dev={tmp_path / 'src' / 'dev.list'}", "--data-dir", str(out), "--units", "char", "--workers", "0",
+    ])
+    assert (out / "cuts_train.jsonl.gz").is_file() and (out / "cuts_dev.jsonl.gz").is_file()
+    tok = load_tokenizer(out / "tokenizer")
+    assert tok.decode(tok.encode("hello train 2")) == "hello train 2"
+    cmvn = json.loads((out / "cmvn.json").read_text())
+    assert len(cmvn["mean"]) == len(cmvn["istd"]) == 80 and cmvn["frames"] == 58 + 68 + 78
+    assert "tokenizer: CharTokenizer" in capsys.readouterr().out
