@@ -53,8 +53,8 @@ def reverse_padded(tokens: torch.Tensor, token_lens: torch.Tensor, pad_value: in
     return torch.where(pos < token_lens[:, None], flipped, torch.full_like(flipped, pad_value))
 
 
-def _validate(vocab_size, sos_eos_id, blank_id, decoder_layers, r2l_decoder_layers, ctc_weight,
-              reverse_weight, lsm_weight) -> None:
+def _validate(vocab_size: int, sos_eos_id: int, blank_id: int, decoder_layers: int, r2l_decoder_layers: int,
+              ctc_weight: float, reverse_weight: float, lsm_weight: float) -> None:
     if vocab_size < 3:
         raise ValueError(f"vocab_size ({vocab_size}) must be >= 3 (blank, <sos/eos> and a token).")
     if not 0 <= sos_eos_id < vocab_size:

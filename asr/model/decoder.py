@@ -28,17 +28,17 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def sinusoid_table(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
-    """Transformer sinusoid table for absolute positions 0..length-1.
+def sinusoid_table(length: int, d_model: int, device=None, dtype=None, offset: int = 0) -> torch.Tensor:
+    """Transformer sinusoid table for absolute positions offset .. offset+length-1.
 
-    Computed for the length asked, so there is no max_len to run past.
+    Computed for the positions asked, so there is no max_len to run past.
 
     Returns:
         (length, d_model) table: even columns sin, odd columns cos.
     """
     if d_model % 2 != 0:
         raise ValueError(f"d_model ({d_model}) must be even for the sinusoid table.")
-    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # (U, 1)
+    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)[:, None]  # (U, 1)
     inv_freq = torch.exp(
         torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model)
     )  # (D/2,)
@@ -259,8 +259,7 @@ class TransformerDecoder(nn.Module):
         if self.training:
             raise ValueError("step() is for decoding: call .eval() first (it applies no dropout).")
         x = self.embed(tokens[:, None]) * math.sqrt(self.d_model)  # (N, 1, D)
-        pos = sinusoid_table(state.length + 1, self.d_model, device=tokens.device, dtype=x.dtype)[-1]  # (D,)
-        x = x + pos
+        x = x + sinusoid_table(1, self.d_model, device=tokens.device, dtype=x.dtype, offset=state.length)
         new_kv = []
         for layer, kv, cross in zip(self.layers, state.self_kv, state.cross_kv):
             x, kv = layer.step(x, kv, cross, state.memory_mask)

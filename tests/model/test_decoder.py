@@ -22,6 +22,7 @@ def test_sinusoid_table_values():
     assert torch.allclose(table[3, 0], torch.tensor(math.sin(3.0)))
     assert torch.allclose(table[3, 1], torch.tensor(math.cos(3.0)))
     assert torch.allclose(table[4, 2], torch.tensor(math.sin(4.0 / 10000 ** (2 / 8))))
+    assert torch.equal(sinusoid_table(2, 8, offset=3), table[3:5])
 
 
 def test_causal_changing_a_later_token_leaves_earlier_outputs():
