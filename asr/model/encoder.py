@@ -140,7 +140,7 @@ class ConformerEncoder(nn.Module):
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
         x = self.dropout(self.scheme.embed_input(x, 0))
-        mask = attention_mask(out_lens, x.size(1), chunk_size, left_chunks)  # (B, T', T')
+        mask = attention_mask(out_lens, x.size(1), chunk_size, left_chunks)  # (B, T', T') or (B, 1, T')
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
             x, _, _ = block(x, mask, pad)

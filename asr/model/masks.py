@@ -66,11 +66,12 @@ def attention_mask(lengths: torch.Tensor, max_len: int, chunk_size: int = 0, lef
         max_len: T', padded width.
         chunk_size, left_chunks: as in :func:`chunk_mask`.
     Returns:
-        (B, T', T') bool, ``[b, i, j]`` True when query i may attend key j of row b.
+        (B, T', T') bool, ``[b, i, j]`` True when query i may attend key j of row b;
+        for full context (chunk_size 0) the same as a broadcastable (B, 1, T').
         A query row may have no visible key (padding, or a row of length 0);
         MultiHeadAttention returns zeros there, and callers ignore padded rows.
     """
     keys = padding_mask(lengths, max_len)[:, None, :]  # (B, 1, T')
     if chunk_size == 0:
-        return keys.expand(-1, max_len, -1)  # (B, T', T')
+        return keys  # (B, 1, T'): every query sees the same keys
     return keys & chunk_mask(max_len, chunk_size, left_chunks, device=lengths.device)[None]  # (B, T', T')
