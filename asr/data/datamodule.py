@@ -81,7 +81,7 @@ class AsrDataModule(L.LightningDataModule):
     # --- distributed layout -------------------------------------------------------------
     def _dist(self) -> tuple[int, int]:
         """(world_size, rank): constructor overrides, else the attached trainer, else one process."""
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer
         world = self._world_size if self._world_size is not None else (trainer.world_size if trainer else 1)
         rank = self._rank if self._rank is not None else (trainer.global_rank if trainer else 0)
         return world, rank

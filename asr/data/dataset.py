@@ -96,7 +96,9 @@ class SkipCountingLoader:
 
     def __init__(self, loader: torch.utils.data.DataLoader, skipped: dict[str, set[str]], world_size: int = 1):
         self.loader = loader
+        self.dataset = loader.dataset
         self.sampler = loader.sampler
+        self.batch_sampler = None  # Lightning reads it when checking val/test loaders for shuffling
         self.skipped = skipped
         self.world_size = world_size
 

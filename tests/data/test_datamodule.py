@@ -127,3 +127,34 @@ def test_noise_mixing_runs(tiny_corpus, spm_dir):
     dm = _dm(tiny_corpus, spm_dir, noise_cuts="cuts_dev.jsonl.gz", speed_perturb=True)
     batches = list(dm.train_dataloader())
     assert batches and all(torch.isfinite(b.feats).all() for b in batches)
+
+
+def test_lightning_fit_uses_the_loaders(tiny_corpus, spm_dir):
+    import lightning as L
+
+    class Probe(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(80, 2)
+            self.train_keys, self.val_keys = [], []
+
+        def training_step(self, batch, _):
+            self.train_keys += batch.keys
+            return self.lin(batch.feats).mean()
+
+        def validation_step(self, batch, _):
+            self.val_keys += batch.keys
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    dm = _dm(tiny_corpus, spm_dir)
+    probe = Probe()
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(probe, datamodule=dm)
+    n_train = len(read_cuts(tiny_corpus / "cuts_train.jsonl.gz"))
+    assert len(probe.train_keys) == 2 * n_train == 2 * len(set(probe.train_keys))
+    # set_epoch reached the sampler: the two epochs are shuffled differently
+    assert probe.train_keys[:n_train] != probe.train_keys[n_train:]
+    assert len(probe.val_keys) == 2 * len(read_cuts(tiny_corpus / "cuts_dev.jsonl.gz"))
