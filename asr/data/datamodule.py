@@ -99,7 +99,7 @@ class AsrDataModule(L.LightningDataModule):
         path = Path(cuts_file)
         if not path.is_absolute() and not path.exists():
             path = self.data_dir / cuts_file
-        cuts = read_cuts(path, self.data_dir if path.parent.resolve() == self.data_dir.resolve() else None)
+        cuts = read_cuts(path)  # relative audio paths resolve against the manifest's folder
         kept, tokens = [], {}
         for cut in cuts:
             if filter_durations and cut.duration < self.min_duration:
