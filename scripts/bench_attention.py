@@ -1,0 +1,201 @@
+"""Benchmark the attention core of every position scheme against plain SDPA.
+
+Usage:
+    python scripts/bench_attention.py [--quick] [--json PATH] [--threads N] [--repeats R]
+
+For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
+256 with --quick) this measures, for one forward + backward of the scorer
+(q, k, v given with requires_grad, no mask; the scheme's own positional
+projections and tables included):
+
+* time: the median over repeats of (scheme time / SDPA time), where each repeat
+  times every scheme and the baseline back to back (interleaved, best of 3 runs
+  each), so load from other processes hits both sides of a ratio alike;
+* saved: bytes kept for backward, summed over distinct storages seen by
+  ``torch.autograd.graph.saved_tensors_hooks`` (a tensor saved by two ops counts
+  once), plus the largest saved tensor; the script fails if any saved tensor
+  holds L*L*Dh elements or more (Shaw's naive (L, L, Dh) tables);
+* peak: resident-memory growth (``ru_maxrss``) during one forward + backward in a
+  fresh subprocess per config. torch's CPU allocator returns big blocks to the
+  OS, so the process peak is the real working set; tracemalloc cannot see it.
+
+The baseline is ``F.scaled_dot_product_attention(q, k, v)`` without mask or
+positions (the fused CPU flash kernel). All numbers are printed as ratios to it.
+CPU only: no fused GPU path is measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from asr.model.positions import POSITION_SCHEMES, build_position_scheme
+
+B, H, DH = 8, 4, 64
+BASELINE = "sdpa"
+# (scheme, max L) -> largest allowed time ratio; from the model-core issue.
+TARGETS = {("rel_xl", 256): 2.1, ("rel_xl", 512): 3.0, ("shaw", 256): 1.8, ("shaw", 512): 2.6}
+
+
+def target_for(name: str, length: int) -> float | None:
+    for (scheme, max_len), limit in sorted(TARGETS.items(), key=lambda kv: kv[0][1]):
+        if scheme == name and length <= max_len:
+            return limit
+    return None
+
+
+def make_core(name: str):
+    """A callable (q, k, v) -> out for one scheme's scorer, or the SDPA baseline."""
+    if name == BASELINE:
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+    scorer = build_position_scheme(name, H * DH, H).make_scorer(H, DH, 0.0)
+    return lambda q, k, v: scorer(q, k, v, None)
+
+
+def make_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(B, H, length, DH, generator=gen).requires_grad_() for _ in range(3))
+
+
+def step(core, inputs) -> None:
+    """One forward + backward; grads cleared so accumulation does not add a pass."""
+    for t in inputs:
+        t.grad = None
+    out = core(*inputs)
+    out.backward(torch.ones_like(out))
+
+
+def saved_tensor_stats(core, inputs) -> tuple[int, int, tuple[int, ...]]:
+    """(bytes saved over distinct storages, largest saved numel, its shape)."""
+    storages: dict[int, int] = {}
+    largest: tuple[int, tuple[int, ...]] = (0, ())
+
+    def pack(t: torch.Tensor):
+        nonlocal largest
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        if t.numel() > largest[0]:
+            largest = (t.numel(), tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = core(*inputs)
+    out.backward(torch.ones_like(out))
+    return sum(storages.values()), largest[0], largest[1]
+
+
+def peak_rss_child(name: str, length: int, threads: int) -> float:
+    """MiB of resident-memory growth for one fwd+bwd, measured in this (fresh) process."""
+    torch.set_num_threads(threads)
+    core = make_core(name)
+    step(core, make_inputs(16))  # load kernels and thread pools before the baseline
+    inputs = make_inputs(length)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step(core, inputs)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (after - before) / 1024.0  # ru_maxrss is KiB on Linux
+
+
+def peak_rss(name: str, length: int, threads: int) -> float:
+    cmd = [sys.executable, __file__, "--child", name, str(length), "--threads", str(threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def time_ratios(names: list[str], length: int, repeats: int, inner: int = 3) -> dict[str, dict[str, float]]:
+    """Interleaved timing; per repeat, each scheme's best-of-``inner`` time is divided by
+    that repeat's SDPA time, and the ratio reported is the median over repeats."""
+    cores = {n: make_core(n) for n in names}
+    inputs = make_inputs(length)
+    for core in cores.values():  # warm-up (allocator, kernels, cached tables)
+        step(core, inputs)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(repeats):
+        # Rotate the order so no scheme always runs right after the same neighbour.
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for n in order:
+            # Min of a few back-to-back runs: preemption by other processes only adds time.
+            best = float("inf")
+            for _ in range(inner):
+                start = time.perf_counter()
+                step(cores[n], inputs)
+                best = min(best, time.perf_counter() - start)
+            times[n].append(best)
+    base = times[BASELINE]
+    return {
+        n: {
+            "ms": 1e3 * statistics.median(ts),
+            "ratio": statistics.median(t / b for t, b in zip(ts, base)),
+        }
+        for n, ts in times.items()
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="L in 128, 256 only")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    parser.add_argument("--repeats", type=int, default=0, help="timed repeats (default 9, 5 with --quick)")
+    parser.add_argument("--lengths", type=int, nargs="*", help="override the lengths")
+    parser.add_argument("--no-peak", action="store_true", help="skip the per-config subprocess peak memory")
+    parser.add_argument("--child", nargs=2, metavar=("SCHEME", "L"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads <= 0:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    if args.child:
+        print(peak_rss_child(args.child[0], int(args.child[1]), args.threads))
+        return 0
+
+    lengths = args.lengths or ([128, 256] if args.quick else [128, 256, 512, 1024])
+    repeats = args.repeats or (5 if args.quick else 9)
+    names = [BASELINE, *POSITION_SCHEMES]
+    rows, failures = [], []
+    print(f"B={B} H={H} Dh={DH} threads={args.threads} repeats={repeats}; ratios are to plain SDPA (no mask)")
+    header = f"{'L':>5} {'scheme':<12} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
+    for length in lengths:
+        timing = time_ratios(names, length, repeats)
+        stats = {n: saved_tensor_stats(make_core(n), make_inputs(length)) for n in names}
+        peaks = {n: (float("nan") if args.no_peak else peak_rss(n, length, args.threads)) for n in names}
+        print(header)
+        for n in names:
+            saved, largest, shape = stats[n]
+            if largest >= length * length * DH:
+                failures.append(f"{n} L={length}: saved tensor {shape} has >= L*L*Dh elements")
+            limit = target_for(n, length)
+            ratio = timing[n]["ratio"]
+            verdict = "" if limit is None else ("ok" if ratio <= limit else "MISS")
+            if verdict == "MISS":
+                failures.append(f"{n} L={length}: time ratio {ratio:.2f} > target {limit}")
+            row = {
+                "L": length, "scheme": n, "ms": timing[n]["ms"], "time_ratio": ratio, "target": limit,
+                "saved_bytes": saved, "saved_ratio": saved / stats[BASELINE][0],
+                "largest_saved_shape": list(shape), "peak_mib": peaks[n],
+                "peak_ratio": peaks[n] / peaks[BASELINE] if peaks[BASELINE] > 0 else float("nan"),
+            }
+            rows.append(row)
+            print(
+                f"{length:>5} {n:<12} {row['ms']:>10.1f} {ratio:>7.2f} {(f'{limit} ' + verdict) if limit else '':>7} "
+                f"{saved / 2**20:>9.1f} {row['saved_ratio']:>8.2f} {str(shape):>22} {peaks[n]:>8.1f} {row['peak_ratio']:>7.2f}"
+            )
+        print()
+    print(f"no saved tensor of L*L*Dh elements: {'yes' if not any('saved' in f for f in failures) else 'NO'}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"B": B, "H": H, "Dh": DH, "threads": args.threads, "repeats": repeats, "rows": rows}, fh, indent=1)
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
