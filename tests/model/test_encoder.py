@@ -59,6 +59,17 @@ def test_chunk_mask_hides_the_future(pos_enc):
     assert not torch.allclose(out[:, :4], full[:, :4], atol=1e-3)
 
 
+@pytest.mark.parametrize("pos_enc", POSITION_SCHEMES)
+def test_every_parameter_gets_a_gradient(pos_enc):
+    """No dead parameters (DDP would need find_unused_parameters) and finite gradients under a chunk mask."""
+    enc = tiny(pos_enc, dropout=0.1).train()
+    out, lens = enc(torch.randn(2, 60, F), torch.tensor([60, 41]), chunk_size=3, left_chunks=1)
+    valid = torch.arange(out.size(1))[None, :] < lens[:, None]
+    out[valid].pow(2).mean().backward()
+    bad = [n for n, p in enc.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not bad
+
+
 def test_non_causal_conv_leaks_future_through_chunks():
     """Why streaming requires causal=True: a centered conv sees the next chunk even under a chunk mask."""
     enc = tiny("rel_xl", causal=False).eval()
