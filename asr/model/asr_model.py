@@ -16,6 +16,7 @@ from torch import nn
 
 from asr.model.ctc import ctc_loss, label_smoothing_loss
 from asr.model.decoder import DecoderState, TransformerDecoder
+from asr.model.encoder import build_encoder
 
 
 def add_sos_eos(
@@ -263,6 +264,4 @@ class AsrModel(nn.Module):
 
 def build_asr_model(*, vocab_size: int, sos_eos_id: int, encoder_kwargs: dict, **model_kwargs) -> AsrModel:
     """Build the encoder with ``asr.model.build_encoder(**encoder_kwargs)`` and wrap it."""
-    from asr.model import build_encoder  # the encoder package owns its factory
-
     return AsrModel(build_encoder(**encoder_kwargs), vocab_size=vocab_size, sos_eos_id=sos_eos_id, **model_kwargs)
