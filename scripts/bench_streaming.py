@@ -10,7 +10,9 @@ subsampling 4, causal) with random weights and a random CTC linear head to a voc
 of 256. Input: random 80-dim features at 10 ms per frame, fed in pieces of
 ``--piece-ms``. Reported per scheme, all measured in this run:
 
-* RTF: streaming compute time / audio duration (target <= 0.1);
+* RTF: streaming wall-clock compute time / audio duration (target <= 0.1), and
+  cpu RTF: the process CPU time of the same run / audio duration (on a shared,
+  oversubscribed machine the wall clock also counts time spent descheduled);
 * per-chunk latency p50 / p95 / max: compute time of a stream_step call divided by
   the chunks it emitted (calls that emitted nothing are excluded);
 * stream/full: streaming time over one full-context forward of the same audio.
@@ -22,6 +24,7 @@ of 256. Input: random 80-dim features at 10 ms per frame, fed in pieces of
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -56,11 +59,12 @@ def build(scheme: str, args: argparse.Namespace, audio_s: float) -> tuple[nn.Mod
     return enc, ctc
 
 
-def stream(enc, ctc, feats: torch.Tensor, args) -> tuple[float, list[float]]:
-    """Stream ``feats`` (1, T, 80); return total seconds and per-chunk latencies."""
+def stream(enc, ctc, feats: torch.Tensor, args) -> tuple[float, float, list[float]]:
+    """Stream ``feats`` (1, T, 80); return wall seconds, CPU seconds and per-chunk latencies."""
     piece = max(1, round(args.piece_ms / 1000 / FRAME_SHIFT_S))
     state = enc.init_state(1, args.chunk, args.left)
     total, latencies = 0.0, []
+    cpu0 = time.process_time()
     for start in range(0, feats.size(1), piece):
         last = start + piece >= feats.size(1)
         t0 = time.perf_counter()
@@ -72,7 +76,7 @@ def stream(enc, ctc, feats: torch.Tensor, args) -> tuple[float, list[float]]:
         chunks = -(-out.size(1) // args.chunk)
         if chunks:
             latencies.append(dt / chunks)
-    return total, latencies
+    return total, time.process_time() - cpu0, latencies
 
 
 def full_forward(enc, ctc, feats: torch.Tensor) -> float:
@@ -92,9 +96,9 @@ def bench_schemes(args) -> None:
     feats = torch.randn(1, frames, 80)
     print(
         f"streaming C={args.chunk} L={args.left}, {args.seconds:.0f} s audio in {args.piece_ms} ms pieces, "
-        f"torch threads={torch.get_num_threads()}"
+        f"torch threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    header = f"{'scheme':<12}{'params':>9}{'RTF':>8}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'full s':>8}{'stream/full':>13}"
+    header = f"{'scheme':<12}{'params':>9}{'RTF':>8}{'cpu RTF':>9}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'full s':>8}{'stream/full':>13}"
     print(header)
     print("-" * len(header))
     for scheme in args.schemes:
@@ -103,10 +107,10 @@ def bench_schemes(args) -> None:
         with torch.inference_mode():
             stream(enc, ctc, feats[:, :1000], args)  # warm-up: allocator, kernels
             full_forward(enc, ctc, feats[:, :1000])
-            total, lat = stream(enc, ctc, feats, args)
+            total, cpu, lat = stream(enc, ctc, feats, args)
             full = full_forward(enc, ctc, feats)
         print(
-            f"{scheme:<12}{params / 1e6:>8.2f}M{total / args.seconds:>8.3f}"
+            f"{scheme:<12}{params / 1e6:>8.2f}M{total / args.seconds:>8.3f}{cpu / args.seconds:>9.3f}"
             f"{1000 * statistics.median(lat):>9.1f}{1000 * percentile(lat, 0.95):>9.1f}{1000 * max(lat):>9.1f}"
             f"{full:>8.2f}{total / full:>13.2f}"
         )
