@@ -57,3 +57,12 @@ def load_audio(
     if sr != target_sr:
         mono = AF.resample(mono, sr, target_sr)
     return mono
+
+
+def cut_waveform(cut, target_sr: int = 16000) -> torch.Tensor:
+    """(n,) float32 at `target_sr` for a Lhotse cut, honoring its offset into the recording."""
+    source = cut.recording.sources[0]
+    if source.type != "file":
+        raise AudioError(f"cut {cut.id}: only file audio sources are supported, got {source.type!r}",
+                         "audio_unsupported")
+    return load_audio(source.source, target_sr, offset=cut.start, duration=cut.duration)

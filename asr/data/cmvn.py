@@ -13,17 +13,8 @@ import torch
 from lhotse import CutSet
 from tqdm import tqdm
 
-from asr.data.audio import AudioError, load_audio
+from asr.data.audio import AudioError, cut_waveform
 from asr.data.features import FbankExtractor
-
-
-def cut_waveform(cut) -> torch.Tensor:
-    """(n,) float32 at 16 kHz for a cut, honoring its offset into the recording."""
-    source = cut.recording.sources[0]
-    if source.type != "file":
-        raise AudioError(f"cut {cut.id}: only file audio sources are supported, got {source.type!r}",
-                         "audio_unsupported")
-    return load_audio(source.source, 16000, offset=cut.start, duration=cut.duration)
 
 
 class _FeatureDataset(torch.utils.data.Dataset):

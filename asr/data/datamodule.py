@@ -22,7 +22,7 @@ from asr.data.augment import SpecAugment
 from asr.data.dataset import AsrDataset, SkipCountingLoader, cut_text, new_skip_registry
 from asr.data.features import FbankExtractor
 from asr.data.manifest import read_cuts
-from asr.data.tokenizer import load_tokenizer
+from asr.data.tokenizer import SPACE, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class AsrDataModule(L.LightningDataModule):
                 self._skip("empty_text", cut.id, "empty transcript")
                 continue
             ids = self.tokenizer.encode(text)
-            if not ids or all(i == self.tokenizer.unk_id for i in ids):
+            if not self._has_content(ids):
                 self._skip("untokenizable_text", cut.id, f"transcript {text[:40]!r} has no known tokens")
                 continue
             kept.append(cut)
@@ -123,6 +123,11 @@ class AsrDataModule(L.LightningDataModule):
             raise ValueError(f"{path}: no usable cuts out of {len(cuts)} (skips: {self.skip_report()})")
         self._cache[key] = (CutSet.from_cuts(kept), tokens)
         return self._cache[key]
+
+    def _has_content(self, ids: list[int]) -> bool:
+        """False when every token is <unk> or a bare word boundary ("▁" alone carries no text)."""
+        tok = self.tokenizer
+        return any(i != tok.unk_id and tok.id_to_piece(i).strip(SPACE) for i in ids)
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit"):

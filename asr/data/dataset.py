@@ -17,10 +17,9 @@ from collections.abc import Iterator
 import torch
 from lhotse import CutSet
 
-from asr.data.audio import AudioError
+from asr.data.audio import AudioError, cut_waveform
 from asr.data.augment import SpecAugment, mix_noise, random_speed, speed_perturb
 from asr.data.batch import Batch
-from asr.data.cmvn import cut_waveform
 from asr.data.features import FbankExtractor
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ split reaches its hours, so the pool size never changes the result.
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing as mp
 import time
@@ -206,7 +207,7 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
             log(f"{split}: already built (use --force to rebuild)")
     elapsed = time.perf_counter() - started
     summary = summarize_corpus(out, cfg.seed)
-    (out / "manifest_summary.json").write_text(_json(summary))
+    (out / "manifest_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     for split, info in summary["splits"].items():
         log(f"{split:>5}: {info['utterances']:6d} utts  {info['hours']:.3f} h  {info['voices']:4d} voices  "
             f"{info['distinct_words']:5d} distinct words  {info['min_duration']:.1f}-{info['max_duration']:.1f} s")
@@ -216,22 +217,14 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     return summary
 
 
-def _json(obj) -> str:
-    import json
-
-    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
-
-
 def summarize_corpus(out_dir: str | Path, seed: int | None = None) -> dict:
     """Per-split counts read back from the manifests (deterministic: no timings)."""
-    from lhotse import CutSet as _CutSet
-
     splits = {}
     for split in SPLITS:
         path = Path(out_dir) / f"cuts_{split}.jsonl.gz"
         if not path.is_file():
             continue
-        cuts = list(_CutSet.from_file(path))
+        cuts = list(CutSet.from_file(path))
         durations = [c.duration for c in cuts] or [0.0]
         words = {w for c in cuts for s in c.supervisions for w in s.text.split()}
         splits[split] = {

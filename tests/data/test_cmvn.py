@@ -1,6 +1,7 @@
 import torch
 
-from asr.data.cmvn import compute_cmvn, cut_waveform, load_cmvn, save_cmvn
+from asr.data.audio import cut_waveform
+from asr.data.cmvn import compute_cmvn, load_cmvn, save_cmvn
 from asr.data.features import FbankExtractor
 from asr.data.manifest import read_cuts
 

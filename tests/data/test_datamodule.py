@@ -88,6 +88,7 @@ def bad_corpus(tmp_path_factory, tiny_corpus):
         make_cut("narrow", make_recording("narrow", root / "narrow8k.wav"), text),
     ]
     write_cuts(cuts, root / "cuts_train.jsonl.gz")
+    write_cuts(good, root / "cuts_dev.jsonl.gz")
     write_cuts([c for c in cuts if c.id in ("missing", "corrupt")], root / "cuts_allbad.jsonl.gz")
     return root, {c.id for c in good} | {"stereo", "narrow"}
 
@@ -158,3 +159,12 @@ def test_lightning_fit_uses_the_loaders(tiny_corpus, spm_dir):
     # set_epoch reached the sampler: the two epochs are shuffled differently
     assert probe.train_keys[:n_train] != probe.train_keys[n_train:]
     assert len(probe.val_keys) == 2 * len(read_cuts(tiny_corpus / "cuts_dev.jsonl.gz"))
+
+
+def test_sentencepiece_untokenizable_text(bad_corpus, spm_dir):
+    # sentencepiece turns "中文" into ["▁", <unk>]: a word boundary alone is no content
+    root, good_ids = bad_corpus
+    dm = _dm(root, spm_dir)
+    dm.setup("fit")
+    assert dm.skip_report()["untokenizable_text"] == 1
+    assert dm._has_content(dm.tokenizer.encode("hello")) and not dm._has_content(dm.tokenizer.encode("中文"))
