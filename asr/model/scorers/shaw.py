@@ -27,6 +27,41 @@ from asr.model.scorers.base import (
 )
 
 
+class _ShawValues(torch.autograd.Function):
+    """out = probs v + bins(probs) aV with one (C, K) gradient buffer in backward.
+
+    ``bins`` scatter-adds each row's probabilities into the 2k+1 distance buckets.
+    Left to autograd, the gradient for ``probs`` would arrive in two (C, K)
+    buffers (from ``probs v`` and from the scatter) plus a third for their sum;
+    here the bucket gradient is gathered once and ``g v^T`` accumulated into it.
+
+    Args (forward):
+        probs: (B, H, C, K); v: (B, H, K, Dh); rel_v: (2k+1, Dh); index: (C, K) buckets.
+    """
+
+    @staticmethod
+    def forward(ctx, probs: Tensor, v: Tensor, rel_v: Tensor, index: Tensor) -> Tensor:
+        b, h, c, kk = probs.shape
+        bins = probs.new_zeros(b, h, c, rel_v.size(0)).scatter_add_(-1, index.expand(b, h, c, kk), probs)
+        out = torch.matmul(probs, v).add_(torch.matmul(bins, rel_v))  # (B, H, C, Dh)
+        ctx.save_for_backward(probs, v, rel_v, index, bins)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        probs, v, rel_v, index, bins = ctx.saved_tensors
+        b, h, c, kk = probs.shape
+        dh = v.size(-1)
+        grad3 = grad.reshape(b * h, c, dh)
+        grad_bins = torch.matmul(grad3, rel_v.t())  # (B*H, C, 2k+1)
+        grad_probs = grad_bins.gather(-1, index.expand(b * h, c, kk))  # (B*H, C, K)
+        grad_probs.baddbmm_(grad3, v.reshape(b * h, kk, dh).transpose(1, 2))
+        grad_v = torch.matmul(probs.transpose(-2, -1), grad)  # (B, H, K, Dh)
+        grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), grad.reshape(-1, dh))  # (2k+1, Dh)
+        return grad_probs.view(b, h, c, kk), grad_v, grad_rel_v, None
+
+
 class ShawScorer(AttentionScorer):
     """Shaw scorer for one layer: ``rel_k``, ``rel_v`` tables (2k+1, Dh).
 
@@ -44,29 +79,32 @@ class ShawScorer(AttentionScorer):
         nn.init.normal_(self.rel_k, std=head_dim**-0.5)
         nn.init.normal_(self.rel_v, std=head_dim**-0.5)
 
-    def _index(self, q: Tensor, k: Tensor) -> Tensor:
-        b, h, c, _ = q.shape
-        index = clipped_distance_index(c, k.size(2), self.max_distance, q.device)  # (C, K)
-        return index.expand(b, h, c, k.size(2))  # (B, H, C, K), a view
+    def _logits(self, q: Tensor, k: Tensor) -> Tensor:
+        """Scaled unmasked logits as (B*H, C, K), a fresh tensor (not a view)."""
+        b, h, c, dh = q.shape
+        kk = k.size(2)
+        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
+        q_s = (q * self.scale).reshape(b * h, c, dh)
+        rel = torch.matmul(q_s, self.rel_k.t())  # (B*H, C, 2k+1)
+        logits = rel.gather(-1, index.expand(b * h, c, kk))  # (B*H, C, K)
+        # Accumulate q k^T into the gathered key term: no second (C, K) buffer.
+        return logits.baddbmm_(q_s, k.reshape(b * h, kk, dh).transpose(1, 2))
 
-    def logits(self, q: Tensor, k: Tensor, index: Optional[Tensor] = None) -> Tensor:
-        """Scaled unmasked logits (B, H, C, K); ``index`` from ``_index`` if the caller has it."""
-        if index is None:
-            index = self._index(q, k)
-        q_s = q * self.scale  # (B, H, C, Dh)
-        rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)
-        logits = torch.matmul(q_s, k.transpose(-2, -1))  # (B, H, C, K)
-        return logits.add_(rel.gather(-1, index))
+    def logits(self, q: Tensor, k: Tensor) -> Tensor:
+        """Scaled unmasked logits (B, H, C, K), the same numbers ``forward`` uses."""
+        return self._logits(q, k).view(q.size(0), q.size(1), q.size(2), k.size(2))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
-        b, _, c, kk, _ = check_qkv(q, k, v)
+        b, h, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        index = self._index(q, k)
-        probs = softmax_attend(self.logits(q, k, index), mask4, self.dropout, self.training)
-        bins = probs.new_zeros(probs.shape[:-1] + (self.rel_v.size(0),))  # (B, H, C, 2k+1)
-        bins = bins.scatter_add_(-1, index, probs)
-        out = torch.matmul(probs, v)  # (B, H, C, Dh)
-        out = out.add_(torch.matmul(bins, self.rel_v))
+        if mask4 is not None:
+            # The logits stay 3-d so the in-place masked_fill_ hits a real tensor,
+            # not a view (autograd would copy the whole gradient for a view).
+            mask4 = mask4.expand(b, h, -1, -1).reshape(b * h, mask4.size(2), kk)
+        probs = softmax_attend(self._logits(q, k), mask4, self.dropout, self.training)
+        probs = probs.view(b, h, c, kk)
+        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
+        out = _ShawValues.apply(probs, v, self.rel_v, index)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:
