@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asr.model.scorers.attend import attend
+
 
 def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
     """Transformer sinusoid at arbitrary (possibly negative) positions.
@@ -62,26 +64,6 @@ def prepare_mask(
     row_valid = mask.any(dim=-1, keepdim=True)  # (B, C|1, 1)
     mask = mask | ~row_valid
     return mask.unsqueeze(1), row_valid.unsqueeze(1)  # (B,1,C|1,K), (B,1,C|1,1)
-
-
-def softmax_attend(
-    logits: Tensor, mask4: Optional[Tensor], dropout: float, training: bool
-) -> Tensor:
-    """Masked softmax over keys, then attention dropout.
-
-    Args:
-        logits: (B, H, C, K) scaled logits; a fresh tensor (filled in place).
-        mask4: (B, 1, C|1, K) bool from :func:`prepare_mask`, or None.
-    Returns:
-        probs (B, H, C, K).
-    """
-    if mask4 is not None:
-        # In place: logits is a temporary, and masked_fill_ saves only the mask.
-        logits = logits.masked_fill_(~mask4, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if training and dropout > 0.0:
-        probs = F.dropout(probs, p=dropout, training=True)
-    return probs
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
@@ -138,8 +120,7 @@ class AttentionScorer(nn.Module):
         """
         b, _, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        probs = softmax_attend(self.logits(q, k), mask4, self.dropout, self.training)
-        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        out = attend(self.logits(q, k), v, mask4, self.dropout, self.training)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:
@@ -167,8 +148,10 @@ class PlainScorer(AttentionScorer):
         """Explicit softmax path without dropout; the oracle for :meth:`forward`."""
         b, _, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        probs = softmax_attend(AttentionScorer.logits(self, q, k), mask4, 0.0, False)
-        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        logits = AttentionScorer.logits(self, q, k)
+        if mask4 is not None:
+            logits = logits.masked_fill(~mask4, float("-inf"))
+        out = torch.matmul(torch.softmax(logits, dim=-1), v)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
 

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, sinusoid_table, softmax_attend
+from asr.model.scorers.attend import attend
+from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, sinusoid_table
 
 
 def rel_shift(bd_full: Tensor, keys: int) -> Tensor:
@@ -195,10 +196,9 @@ class RelXLScorer(AttentionScorer):
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits, pad = self._blocked_logits(q, k)  # (B, H, pad + C, K)
         if mask4 is not None and pad and mask4.size(2) > 1:
-            # Fake rows may attend anywhere; they are dropped below.
+            # Fake rows may attend anywhere; their outputs are dropped below.
             mask4 = F.pad(mask4, (0, 0, pad, 0), value=True)  # (B, 1, pad + C, K)
-        probs = softmax_attend(logits, mask4, self.dropout, self.training)[:, :, pad:]  # (B, H, C, K)
-        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        out = attend(logits, v, mask4, self.dropout, self.training)[:, :, pad:]  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:

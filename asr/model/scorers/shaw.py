@@ -18,48 +18,13 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from asr.model.scorers.attend import attend
 from asr.model.scorers.base import (
     AttentionScorer,
     check_qkv,
     clipped_distance_index,
     prepare_mask,
-    softmax_attend,
 )
-
-
-class _ShawValues(torch.autograd.Function):
-    """out = probs v + bins(probs) aV with one (C, K) gradient buffer in backward.
-
-    ``bins`` scatter-adds each row's probabilities into the 2k+1 distance buckets.
-    Left to autograd, the gradient for ``probs`` would arrive in two (C, K)
-    buffers (from ``probs v`` and from the scatter) plus a third for their sum;
-    here the bucket gradient is gathered once and ``g v^T`` accumulated into it.
-
-    Args (forward):
-        probs: (B, H, C, K); v: (B, H, K, Dh); rel_v: (2k+1, Dh); index: (C, K) buckets.
-    """
-
-    @staticmethod
-    def forward(ctx, probs: Tensor, v: Tensor, rel_v: Tensor, index: Tensor) -> Tensor:
-        b, h, c, kk = probs.shape
-        bins = probs.new_zeros(b, h, c, rel_v.size(0)).scatter_add_(-1, index.expand(b, h, c, kk), probs)
-        out = torch.matmul(probs, v).add_(torch.matmul(bins, rel_v))  # (B, H, C, Dh)
-        ctx.save_for_backward(probs, v, rel_v, index, bins)
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
-        probs, v, rel_v, index, bins = ctx.saved_tensors
-        b, h, c, kk = probs.shape
-        dh = v.size(-1)
-        grad3 = grad.reshape(b * h, c, dh)
-        grad_bins = torch.matmul(grad3, rel_v.t())  # (B*H, C, 2k+1)
-        grad_probs = grad_bins.gather(-1, index.expand(b * h, c, kk))  # (B*H, C, K)
-        grad_probs.baddbmm_(grad3, v.reshape(b * h, kk, dh).transpose(1, 2))
-        grad_v = torch.matmul(probs.transpose(-2, -1), grad)  # (B, H, K, Dh)
-        grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), grad.reshape(-1, dh))  # (2k+1, Dh)
-        return grad_probs.view(b, h, c, kk), grad_v, grad_rel_v, None
 
 
 class ShawScorer(AttentionScorer):
@@ -97,14 +62,15 @@ class ShawScorer(AttentionScorer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
+        logits = self._logits(q, k)  # (B*H, C, K)
         if mask4 is not None:
-            # The logits stay 3-d so the in-place masked_fill_ hits a real tensor,
-            # not a view (autograd would copy the whole gradient for a view).
-            mask4 = mask4.expand(b, h, -1, -1).reshape(b * h, mask4.size(2), kk)
-        probs = softmax_attend(self._logits(q, k), mask4, self.dropout, self.training)
-        probs = probs.view(b, h, c, kk)
+            # Masked while 3-d so the in-place fill hits a real tensor, not a view
+            # (autograd would copy the whole gradient for an in-place op on a view).
+            mask3 = mask4.expand(b, h, -1, -1).reshape(b * h, mask4.size(2), kk)
+            logits = logits.masked_fill_(~mask3, float("-inf"))
+        logits = logits.view(b, h, c, kk)
         index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
-        out = _ShawValues.apply(probs, v, self.rel_v, index)  # (B, H, C, Dh)
+        out = attend(logits, v, None, self.dropout, self.training, self.rel_v, index)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:

@@ -1,0 +1,99 @@
+"""Masked softmax and value mixing shared by the explicit-logit scorers.
+
+Axis legend: B batch, H heads, C queries, K keys, Dh head dim, N = 2k+1
+distance buckets (Shaw).
+
+Why a custom autograd Function: on CPU every fresh (B, H, C, K) buffer costs
+page faults on the order of a full pass over it, and plain autograd allocates
+three in backward (grad of the probabilities, the softmax gradient, and for Shaw
+a second probability gradient plus their sum). :class:`_SoftmaxValues` needs one:
+the softmax backward runs in place, using the flash-attention identity
+``sum_j p_ij dp_ij = g_i . out_i`` (true because out_i = sum_j p_ij value_ij).
+With attention dropout in training the plain autograd path is used instead.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _bucket_sums(probs: Tensor, index: Tensor, buckets: int) -> Tensor:
+    """Sum each row's probabilities per distance bucket: (B, H, C, K) -> (B, H, C, N)."""
+    b, h, c, kk = probs.shape
+    return probs.new_zeros(b, h, c, buckets).scatter_add_(-1, index.expand(b, h, c, kk), probs)
+
+
+class _SoftmaxValues(torch.autograd.Function):
+    """out = softmax(logits) v [+ bucket_sums(probs) rel_v] with an in-place backward.
+
+    Args (forward):
+        logits: (B, H, C, K) masked logits; v: (B, H, K, Dh);
+        rel_v: None or (N, Dh) Shaw value table; index: None or (C, K) buckets in [0, N).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, v: Tensor, rel_v: Optional[Tensor], index: Optional[Tensor]) -> Tensor:
+        probs = torch.softmax(logits, dim=-1)  # (B, H, C, K)
+        out = torch.matmul(probs, v)  # (B, H, C, Dh)
+        bins = None
+        if rel_v is not None:
+            bins = _bucket_sums(probs, index, rel_v.size(0))  # (B, H, C, N)
+            out = out.add_(torch.matmul(bins, rel_v))
+        ctx.save_for_backward(probs, v, out, rel_v, index, bins)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        probs, v, out, rel_v, index, bins = ctx.saved_tensors
+        b, h, c, kk = probs.shape
+        dh = v.size(-1)
+        grad3 = grad.reshape(b * h, c, dh)
+        v_t = v.reshape(b * h, kk, dh).transpose(1, 2)  # (B*H, Dh, K)
+        grad_rel_v = None
+        if rel_v is None:
+            grad_logits = torch.bmm(grad3, v_t)  # (B*H, C, K): d out / d probs
+        else:
+            # d/d p_ij of p_ij rel_v[bucket(i,j)] is g_i . rel_v[bucket]: gather, then add g v^T.
+            grad_logits = torch.matmul(grad3, rel_v.t()).gather(-1, index.expand(b * h, c, kk))
+            grad_logits = grad_logits.baddbmm_(grad3, v_t)
+            grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), grad.reshape(-1, dh))  # (N, Dh)
+        row_dot = (grad * out).sum(-1).reshape(b * h, c, 1)  # sum_j p_ij dp_ij
+        grad_logits = grad_logits.sub_(row_dot).mul_(probs.reshape(b * h, c, kk))
+        grad_v = torch.matmul(probs.transpose(-2, -1), grad)  # (B, H, K, Dh)
+        return grad_logits.view(b, h, c, kk), grad_v, grad_rel_v, None
+
+
+def attend(
+    logits: Tensor,
+    v: Tensor,
+    mask4: Optional[Tensor],
+    dropout: float,
+    training: bool,
+    rel_v: Optional[Tensor] = None,
+    index: Optional[Tensor] = None,
+) -> Tensor:
+    """Masked softmax over keys, attention dropout, value mixing.
+
+    Args:
+        logits: (B, H, C, K) scaled logits; a fresh tensor, masked in place.
+        v: (B, H, K, Dh).
+        mask4: (B, 1, C|1, K) bool from ``prepare_mask`` (no empty rows), or None.
+        rel_v, index: Shaw's value table (N, Dh) and (C, K) buckets, or None.
+    Returns:
+        (B, H, C, Dh).
+    """
+    if mask4 is not None:
+        # In place: logits is a temporary and masked_fill_ saves only the mask.
+        logits = logits.masked_fill_(~mask4, float("-inf"))
+    if not (training and dropout > 0.0):
+        return _SoftmaxValues.apply(logits, v, rel_v, index)
+    probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=True)
+    out = torch.matmul(probs, v)
+    if rel_v is not None:
+        out = out + torch.matmul(_bucket_sums(probs, index, rel_v.size(0)), rel_v)
+    return out
