@@ -38,6 +38,8 @@ WER_SETTINGS: dict[str, tuple[str, str, int, int]] = {
     "wer_long": ("ctc_greedy", "long", 0, -1),
     "wer_long_stream": ("ctc_greedy", "long", 16, 4),
 }
+# WER columns whose CER is reported too (CER still moves when short budgets leave WER near 100 %).
+CER_OF: dict[str, str] = {"wer_test_greedy": "cer_test_greedy"}
 RTF_CHUNK, RTF_LEFT = 16, 4
 
 
@@ -151,11 +153,11 @@ def pad_feats(batch: Sequence[Utterance]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def word_error_rate(
+def error_rates(
     model, tokenizer, utts: Sequence[Utterance], mode: str, chunk_size: int, left_chunks: int,
     beam: int = 10, batch_seconds: float = 120.0, records_path: Path | None = None,
-) -> float:
-    """WER in percent of ``utts`` decoded with ``decode_batch``; per-utterance rows to ``records_path``."""
+) -> tuple[float, float]:
+    """(WER, CER) in percent of ``utts`` decoded with ``decode_batch``; per-utterance rows to ``records_path``."""
     if not utts:
         raise ValueError("no utterances to score (all skipped or split empty)")
     counter = ErrorCounter()
@@ -167,7 +169,7 @@ def word_error_rate(
     if records_path is not None:
         records_path.parent.mkdir(parents=True, exist_ok=True)
         records_path.write_text("".join(json.dumps(r) + "\n" for r in counter.records))
-    return 100.0 * counter.wer
+    return 100.0 * counter.wer, 100.0 * counter.cer
 
 
 @torch.no_grad()
@@ -208,12 +210,14 @@ def evaluate_checkpoint(ckpt: Path, cfg: EvalConfig, out_dir: Path | None = None
     ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
     Raises only when the checkpoint itself cannot be loaded.
     """
-    from asr.train.checkpoint import load_model
+    from asr.train.checkpoint import load_model, read_checkpoint
 
     model, tokenizer, _ = load_model(ckpt)
     model.eval()
     metrics: dict[str, float | None] = {
         "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
+        # The steps behind the evaluated weights (a time-budget stop can end past the last save).
+        "train_steps": float(read_checkpoint(ckpt)["global_step"]),
     }
     errors: dict[str, str] = {}
     splits: dict[str, list[Utterance]] = {}
@@ -228,24 +232,34 @@ def evaluate_checkpoint(ckpt: Path, cfg: EvalConfig, out_dir: Path | None = None
             errors[f"split:{split}"] = last_line(err)
     for key, (mode, split, chunk, left) in WER_SETTINGS.items():
         records = out_dir / f"decode_{key}.jsonl" if out_dir is not None else None
-        metrics[key] = _measure(
-            key, errors, lambda: word_error_rate(
+        start = time.perf_counter()
+        rates = _measure(
+            key, errors, lambda: error_rates(
                 model, tokenizer, splits[split], mode, chunk, left, cfg.beam, cfg.batch_seconds, records
             ), split_error=errors.get(f"split:{split}"),
         )
-    metrics["stream_rtf"] = _measure(
+        metrics[key] = None if rates is None else rates[0]
+        if key in CER_OF:
+            metrics[CER_OF[key]] = None if rates is None else rates[1]
+            if rates is None:
+                errors[CER_OF[key]] = errors[key]
+        shown = "n/a" if rates is None else f"{rates[0]:.2f}"
+        log(f"[ablate]   {key} = {shown} ({len(splits[split])} utts, {time.perf_counter() - start:.0f} s)")
+    rtf = _measure(
         "stream_rtf", errors, lambda: streaming_rtf(model, splits["test"][: cfg.rtf_utts], RTF_CHUNK, RTF_LEFT),
         split_error=errors.get("split:test"),
     )
+    metrics["stream_rtf"] = None if rtf is None else float(rtf)
     return metrics, {k: v for k, v in errors.items() if not k.startswith("split:")}
 
 
-def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = None) -> float | None:
+def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = None):
+    """``fn()``, or None with ``errors[key]`` set when it raises (or its split failed to load)."""
     if split_error is not None:
         errors[key] = split_error
         return None
     try:
-        return float(fn())
+        return fn()
     except Exception as err:  # noqa: BLE001  (e.g. abs_learned past its table on the long split)
         errors[key] = last_line(err)
         return None

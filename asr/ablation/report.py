@@ -66,7 +66,8 @@ def render_report(
     parts += [f"- {key}: `{value}`" for key, value in settings.items()]
     parts += ["", "## Results", "", markdown_table(results), ""]
     parts += [
-        "WER is in percent. *rescore* = CTC prefix beam + attention rescoring, *greedy* = CTC greedy;",
+        "WER and CER (characters, spaces removed) are in percent.",
+        "*rescore* = CTC prefix beam + attention rescoring, *greedy* = CTC greedy;",
         "streaming WERs use CTC greedy with the chunk mask (C = chunk in encoder frames, L = left chunks);",
         "*long* is the length-extrapolation split (utterances longer than any in training).",
         "Step time is the mean training step; peak RSS covers the training process and its data workers;",

@@ -35,6 +35,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("params_m", "Params (M)", "{:.2f}"),
     Metric("wer_test_rescore", "WER test rescore (%)", "{:.2f}"),
     Metric("wer_test_greedy", "WER test greedy (%)", "{:.2f}"),
+    Metric("cer_test_greedy", "CER test greedy (%)", "{:.2f}"),
     Metric("wer_stream_c16", "WER stream C16/L4 (%)", "{:.2f}"),
     Metric("wer_stream_c4", "WER stream C4/L16 (%)", "{:.2f}"),
     Metric("wer_long", "WER long full (%)", "{:.2f}"),

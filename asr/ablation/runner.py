@@ -182,7 +182,8 @@ class AblationRunner:
             return failed_result(scheme, "evaluate", err, run_dir)
         metrics = dict(metrics)
         metrics["step_time_s"] = step_time
-        metrics["train_steps"] = None if steps is None else float(steps)
+        if metrics.get("train_steps") is None:
+            metrics["train_steps"] = None if steps is None else float(steps)
         metrics["peak_rss_mb"] = trained.peak_rss_mb
         errors = dict(metric_errors)
         if step_time is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from asr.ablation.evaluate import Utterance, _measure, batches, pad_feats, streaming_rtf, word_error_rate
+from asr.ablation.evaluate import Utterance, _measure, batches, pad_feats, streaming_rtf, error_rates
 from asr.model.asr_model import build_asr_model
 
 
@@ -48,13 +48,15 @@ def test_batches_respect_the_audio_bound_and_keep_every_utterance() -> None:
 def test_wer_in_percent_with_records(tmp_path: Path) -> None:
     model, utts = _model(), _utts([1.0, 1.5])
     records = tmp_path / "rows.jsonl"
-    wer = word_error_rate(model, CharTok(), utts, "ctc_greedy", 4, 2, records_path=records)
+    wer, cer = error_rates(model, CharTok(), utts, "ctc_greedy", 4, 2, records_path=records)
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     assert {r["key"] for r in rows} == {"u0", "u1"}
     expected = 100.0 * sum(r["word_errors"] for r in rows) / sum(r["ref_words"] for r in rows)
     assert wer == pytest.approx(expected) and wer > 0  # an untrained model is wrong
+    chars = 100.0 * sum(r["char_errors"] for r in rows) / sum(r["ref_chars"] for r in rows)
+    assert cer == pytest.approx(chars)
     with pytest.raises(ValueError, match="no utterances"):
-        word_error_rate(model, CharTok(), [], "ctc_greedy", 0, -1)
+        error_rates(model, CharTok(), [], "ctc_greedy", 0, -1)
 
 
 def test_streaming_rtf_is_positive_and_restores_threads() -> None:
@@ -67,8 +69,8 @@ def test_streaming_rtf_is_positive_and_restores_threads() -> None:
 def test_a_failing_measurement_becomes_none_with_its_error() -> None:
     model = _model("abs_learned", max_len=8)  # 8 encoder frames = 0.32 s
     errors: dict[str, str] = {}
-    value = _measure("wer_long", errors, lambda: word_error_rate(model, CharTok(), _utts([2.0]), "ctc_greedy", 0, -1))
+    value = _measure("wer_long", errors, lambda: error_rates(model, CharTok(), _utts([2.0]), "ctc_greedy", 0, -1))
     assert value is None and "8" in errors["wer_long"]
-    assert _measure("x", errors, lambda: 1.5) == 1.5 and "x" not in errors
+    assert _measure("x", errors, lambda: (1.5, 2.0)) == (1.5, 2.0) and "x" not in errors
     assert _measure("y", errors, lambda: 1.5, split_error="FileNotFoundError: long") is None
     assert errors["y"] == "FileNotFoundError: long"
