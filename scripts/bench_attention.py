@@ -10,7 +10,12 @@ projections and tables included):
 
 * time: the median over repeats of (scheme time / SDPA time), where each repeat
   times every scheme and the baseline back to back (interleaved, best of 3 runs
-  each), so load from other processes hits both sides of a ratio alike;
+  each), so load from other processes hits both sides of a ratio alike. The
+  clock is this process's CPU time by default (``--clock cpu``): on a shared,
+  oversubscribed machine wall time mostly measures when we were descheduled.
+  With several threads CPU time also counts OpenMP spin-waits, so a path made of
+  many kernels (every explicit-logit scheme) pays more for contention than the
+  single fused SDPA kernel; the load average is printed with the table;
 * saved: bytes kept for backward, summed over distinct storages seen by
   ``torch.autograd.graph.saved_tensors_hooks`` (a tensor saved by two ops counts
   once), plus the largest saved tensor; the script fails if any saved tensor
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -110,13 +116,19 @@ def peak_rss(name: str, length: int, threads: int) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def time_ratios(names: list[str], length: int, repeats: int, inner: int = 3) -> dict[str, dict[str, float]]:
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def time_ratios(
+    names: list[str], length: int, repeats: int, clock: str, inner: int = 3
+) -> dict[str, dict[str, float]]:
     """Interleaved timing; per repeat, each scheme's best-of-``inner`` time is divided by
     that repeat's SDPA time, and the ratio reported is the median over repeats."""
     cores = {n: make_core(n) for n in names}
     inputs = make_inputs(length)
     for core in cores.values():  # warm-up (allocator, kernels, cached tables)
         step(core, inputs)
+    now = CLOCKS[clock]
     times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(repeats):
         # Rotate the order so no scheme always runs right after the same neighbour.
@@ -125,9 +137,9 @@ def time_ratios(names: list[str], length: int, repeats: int, inner: int = 3) -> 
             # Min of a few back-to-back runs: preemption by other processes only adds time.
             best = float("inf")
             for _ in range(inner):
-                start = time.perf_counter()
+                start = now()
                 step(cores[n], inputs)
-                best = min(best, time.perf_counter() - start)
+                best = min(best, now() - start)
             times[n].append(best)
     base = times[BASELINE]
     return {
@@ -144,6 +156,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="L in 128, 256 only")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="timer (default: process CPU time)")
     parser.add_argument("--repeats", type=int, default=0, help="timed repeats (default 9, 5 with --quick)")
     parser.add_argument("--lengths", type=int, nargs="*", help="override the lengths")
     parser.add_argument("--no-peak", action="store_true", help="skip the per-config subprocess peak memory")
@@ -160,10 +173,13 @@ def main() -> int:
     repeats = args.repeats or (5 if args.quick else 9)
     names = [BASELINE, *POSITION_SCHEMES]
     rows, failures = [], []
-    print(f"B={B} H={H} Dh={DH} threads={args.threads} repeats={repeats}; ratios are to plain SDPA (no mask)")
+    print(
+        f"B={B} H={H} Dh={DH} threads={args.threads} repeats={repeats} clock={args.clock} "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ratios are to plain SDPA (no mask)"
+    )
     header = f"{'L':>5} {'scheme':<12} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
     for length in lengths:
-        timing = time_ratios(names, length, repeats)
+        timing = time_ratios(names, length, repeats, args.clock)
         stats = {n: saved_tensor_stats(make_core(n), make_inputs(length)) for n in names}
         peaks = {n: (float("nan") if args.no_peak else peak_rss(n, length, args.threads)) for n in names}
         print(header)
@@ -189,9 +205,11 @@ def main() -> int:
             )
         print()
     print(f"no saved tensor of L*L*Dh elements: {'yes' if not any('saved' in f for f in failures) else 'NO'}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"B": B, "H": H, "Dh": DH, "threads": args.threads, "repeats": repeats, "rows": rows}, fh, indent=1)
+            meta = {"B": B, "H": H, "Dh": DH, "threads": args.threads, "repeats": repeats, "clock": args.clock}
+            json.dump({**meta, "rows": rows}, fh, indent=1)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

@@ -81,8 +81,10 @@ def test_strided_rel_shift_equals_index_gather(c, k):
 
 
 @pytest.mark.parametrize("c, k", SHAPES)
-def test_rel_xl_logits_equal_explicit_loop_over_i_j(c, k):
+@pytest.mark.parametrize("query_block", [64, 2, 1])
+def test_rel_xl_logits_equal_explicit_loop_over_i_j(c, k, query_block):
     s = scorer("rel_xl")
+    s.query_block = query_block  # 2: several blocks, padded when C is odd
     q, keys, _ = make_qkv(c, k)
     m = k - c
     expected = torch.empty(B, H, c, k)
@@ -97,12 +99,15 @@ def test_rel_xl_logits_equal_explicit_loop_over_i_j(c, k):
 
 
 @pytest.mark.parametrize("c, k", SHAPES)
-def test_rel_xl_output_equals_softmax_of_logits(c, k):
+@pytest.mark.parametrize("query_block", [64, 2])
+def test_rel_xl_output_equals_softmax_of_logits(c, k, query_block):
     s = scorer("rel_xl")
+    s.query_block = query_block
     q, keys, v = make_qkv(c, k)
     mask = random_mask(c, k)
     expected = softmax_reference(s.logits(q, keys), v, mask) @ v
     torch.testing.assert_close(s(q, keys, v, mask), expected)
+    torch.testing.assert_close(s(q, keys, v, mask[:, :1]), softmax_reference(s.logits(q, keys), v, mask[:, :1]) @ v)
 
 
 def shaw_naive(s, q, keys, v, mask):
@@ -220,9 +225,11 @@ def test_bad_mask_and_shapes_raise_with_values():
         s(q, keys[:, :, :2], v[:, :, :2], None)
 
 
-@pytest.mark.parametrize("name", ["rel_xl", "shaw"])
-def test_gradcheck(name):
+@pytest.mark.parametrize("name, query_block", [("rel_xl", 64), ("rel_xl", 2), ("shaw", None)])
+def test_gradcheck(name, query_block):
     s = scorer(name, **({"max_distance": 2} if name == "shaw" else {}))
+    if query_block:
+        s.query_block = query_block  # 2 with C = 3: two blocks, one padded row
     q, keys, v = (t[:1] for t in make_qkv(3, 5))
     q, keys, v = (t.detach().requires_grad_() for t in (q, keys, v))
     mask = torch.ones(1, 3, 5, dtype=torch.bool)
@@ -245,3 +252,27 @@ def test_dropout_only_in_training():
     torch.testing.assert_close(s(q, keys, v, None), s(q, keys, v, None))
     s.train()
     assert not torch.allclose(s(q, keys, v, None), s.eval()(q, keys, v, None))
+
+
+@pytest.mark.parametrize("with_shaw_values", [False, True])
+def test_fused_softmax_values_match_plain_autograd(with_shaw_values):
+    """The in-place backward of the fused path equals autograd through the plain ops
+    (the dropout branch, run with p so small that it keeps every value)."""
+    from asr.model.scorers.attend import attend
+    from asr.model.scorers.base import clipped_distance_index, prepare_mask
+
+    c, k = 4, 7
+    logits = torch.randn(B, H, c, k, requires_grad=True)
+    v = torch.randn(B, H, k, DH, requires_grad=True)
+    rel_v = torch.randn(5, DH, requires_grad=True) if with_shaw_values else None
+    index = clipped_distance_index(c, k, 2, logits.device) if with_shaw_values else None
+    mask4, _ = prepare_mask(random_mask(c, k), B, c, k)
+    leaves = [t for t in (logits, v, rel_v) if t is not None]
+    g = torch.randn(B, H, c, DH)
+
+    def grads(dropout, training):
+        out = attend(logits.clone(), v, mask4, dropout, training, rel_v, index)
+        return (out, *torch.autograd.grad(out, leaves, g))
+
+    for fused, plain in zip(grads(0.0, False), grads(1e-12, True)):
+        torch.testing.assert_close(fused, plain)
