@@ -92,3 +92,21 @@ def test_relative_schemes_have_no_length_limit(name):
         last = scorer(q[:, :, -1:], k, v, None)
     assert full.shape == (1, heads, t, dh) and torch.isfinite(full).all()
     torch.testing.assert_close(full[:, :, -1:], last, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", POSITION_SCHEMES)
+def test_bf16_autocast_forward_and_backward_track_fp32(name):
+    """Custom backward passes see mixed dtypes under autocast (fp32 softmax, bf16 values)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, build_position_scheme(name, 32, 4))
+    x = torch.randn(2, 70, 32, requires_grad=True)  # 70 > one rel_xl query block
+    mask = torch.ones(2, 70, 70, dtype=torch.bool)
+    mask[1, :, 50:] = False
+    ref, _ = mha(x, mask)
+    (grad_ref,) = torch.autograd.grad(ref.sum(), x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = mha(x, mask)
+    (grad,) = torch.autograd.grad(out.float().sum(), x)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - ref).abs().max() < 0.02
+    assert (grad - grad_ref).abs().max() < 0.03 * grad_ref.abs().max()

@@ -44,12 +44,19 @@ class _SoftmaxValues(torch.autograd.Function):
             bins = _bucket_sums(probs, index, rel_v.size(0))  # (B, H, C, N)
             out = out.add_(torch.matmul(bins, rel_v))
         ctx.save_for_backward(probs, v, out, rel_v, index, bins)
+        ctx.dtypes = (logits.dtype, v.dtype, None if rel_v is None else rel_v.dtype)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
         probs, v, out, rel_v, index, bins = ctx.saved_tensors
+        # Under autocast the saved tensors can mix dtypes (fp32 softmax, bf16 v) and
+        # backward runs outside autocast: work in the probabilities' dtype.
+        work = probs.dtype
+        grad, v, out = grad.to(work), v.to(work), out.to(work)
+        if rel_v is not None:
+            rel_v, bins = rel_v.to(work), bins.to(work)
         b, h, c, kk = probs.shape
         dh = v.size(-1)
         grad3 = grad.reshape(b * h, c, dh)
@@ -65,7 +72,10 @@ class _SoftmaxValues(torch.autograd.Function):
         row_dot = (grad * out).sum(-1).reshape(b * h, c, 1)  # sum_j p_ij dp_ij
         grad_logits = grad_logits.sub_(row_dot).mul_(probs.reshape(b * h, c, kk))
         grad_v = torch.matmul(probs.transpose(-2, -1), grad)  # (B, H, K, Dh)
-        return grad_logits.view(b, h, c, kk), grad_v, grad_rel_v, None
+        logits_dtype, v_dtype, rel_v_dtype = ctx.dtypes
+        if grad_rel_v is not None:
+            grad_rel_v = grad_rel_v.to(rel_v_dtype)
+        return grad_logits.view(b, h, c, kk).to(logits_dtype), grad_v.to(v_dtype), grad_rel_v, None
 
 
 def attend(

@@ -82,7 +82,7 @@ class _AddShiftedBlocks(torch.autograd.Function):
     def forward(ctx, ac: Tensor, bd_full: Tensor) -> Tensor:
         h, nb, b, cb, width = bd_full.shape
         keys = ac.size(-1)
-        ctx.shape = bd_full.shape
+        ctx.shape, ctx.bd_dtype = bd_full.shape, bd_full.dtype
         ac.view(b, h, nb, cb, keys).add_(rel_shift(bd_full, keys).permute(2, 0, 1, 3, 4))
         ctx.mark_dirty(ac)
         return ac
@@ -91,7 +91,7 @@ class _AddShiftedBlocks(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
         h, nb, b, cb, width = ctx.shape
         keys = grad.size(-1)
-        grad_bd = grad.new_empty(ctx.shape)  # (H, nb, B, cb, W)
+        grad_bd = grad.new_empty(ctx.shape, dtype=ctx.bd_dtype)  # (H, nb, B, cb, W)
         # Row t's band is columns [cb-1-t, cb-1-t+K): everything else lies in the
         # first cb-1 or the last cb-1 columns.
         grad_bd[..., : cb - 1].zero_()
