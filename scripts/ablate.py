@@ -57,6 +57,49 @@ DEFAULT_OVERRIDES = (
 )
 
 
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--schemes", default=",".join(ALL_SCHEMES),
+                        help=f"comma-separated position schemes (default: all: {','.join(ALL_SCHEMES)})")
+    parser.add_argument("--budget-steps", type=int, default=None,
+                        help="optimizer steps per scheme (same steps for every scheme); with "
+                             "--budget-minutes too, whichever comes first")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help=f"wall-clock training minutes per scheme, Lightning max_time (default "
+                             f"{DEFAULT_BUDGET_MINUTES:g} when no budget is given)")
+    parser.add_argument("--val-every", type=int, default=None,
+                        help=f"validate every N steps for the learning curves (default: budget-steps/6, "
+                             f"or {DEFAULT_VAL_EVERY} for a time budget)")
+    parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
+    parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
+    parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
+    parser.add_argument("--max-utts", type=int, default=200,
+                        help="test utterances decoded per WER column (default 200; 0 = all)")
+    parser.add_argument("--max-long-utts", type=int, default=40,
+                        help="long-split utterances decoded (default 40; 0 = all)")
+    parser.add_argument("--rtf-utts", type=int, default=10, help="test utterances streamed for the RTF")
+    parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam for attention rescoring")
+    parser.add_argument("--train-timeout-minutes", type=float, default=None,
+                        help="kill a training run after this long (default: 2x the minute budget + 5)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every training run")
+    args = parser.parse_args(argv)
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(f"extra arguments must be Hydra overrides key=value, got {bad}")
+    if args.budget_steps is None and args.budget_minutes is None:
+        args.budget_minutes = DEFAULT_BUDGET_MINUTES
+    if args.val_every is None:
+        args.val_every = max(1, args.budget_steps // 6) if args.budget_steps is not None else DEFAULT_VAL_EVERY
+    if args.train_timeout_minutes is None and args.budget_minutes is not None:
+        args.train_timeout_minutes = 2 * args.budget_minutes + 5
+    return args
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds through run_training, which then stops the training process
     # group (it runs in its own session and would otherwise outlive us, e.g. under `timeout`).
