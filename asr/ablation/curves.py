@@ -24,14 +24,38 @@ _WER_PATTERNS = (
 )
 
 
+ARCHIVE_DIR = "metrics_before_resume"
+
+
 def find_metrics_files(run_dir: Path) -> list[Path]:
-    """All ``metrics.csv`` under ``run_dir``, oldest version first."""
+    """Every metrics table under ``run_dir``, oldest first: archived parts
+    (:func:`archive_metrics`), then logger versions in order."""
 
-    def version_key(path: Path) -> tuple[int, float]:
-        match = re.search(r"version_(\d+)", str(path))
-        return (int(match.group(1)) if match else -1, path.stat().st_mtime)
+    def order(path: Path) -> tuple[int, int, float]:
+        archived = path.parent.name == ARCHIVE_DIR
+        match = re.search(r"(?:version_|part)(\d+)", str(path.relative_to(run_dir)))
+        return (0 if archived else 1, int(match.group(1)) if match else -1, path.stat().st_mtime)
 
-    return sorted(run_dir.rglob("metrics.csv"), key=version_key)
+    found = [*run_dir.rglob("metrics.csv"), *(run_dir / ARCHIVE_DIR).glob("metrics_part*.csv")]
+    return sorted(found, key=order)
+
+
+def archive_metrics(run_dir: Path) -> list[Path]:
+    """Move the run's ``metrics.csv`` files aside before a resume.
+
+    A CSVLogger with a fixed version (``version: ""``) deletes an existing
+    metrics.csv when a resumed run starts; the archived parts keep the curve's
+    first half. Returns the archived paths.
+    """
+    run_dir = Path(run_dir)
+    moved = []
+    for path in sorted(run_dir.rglob("metrics.csv")):
+        archive = run_dir / ARCHIVE_DIR
+        archive.mkdir(exist_ok=True)
+        target = archive / f"metrics_part{len(list(archive.glob('metrics_part*.csv'))):03d}.csv"
+        path.replace(target)
+        moved.append(target)
+    return moved
 
 
 def pick_wer_column(columns: list[str]) -> str | None:

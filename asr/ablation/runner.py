@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asr.ablation.curves import read_learning_curve
+from asr.ablation.curves import archive_metrics, read_learning_curve
 from asr.ablation.plots import write_plots
 from asr.ablation.report import write_report
 from asr.ablation.results import (
@@ -155,6 +155,8 @@ class AblationRunner:
             )
             if b
         )
+        if resume is not None:
+            archive_metrics(run_dir)
         where = f" from {resume}" if resume is not None else ""
         self.log(f"[ablate] {scheme}: {phase}{where} (budget {budget}) -> {run_dir}")
         try:

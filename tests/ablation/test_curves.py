@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from asr.ablation.curves import as_percent, pick_wer_column, read_learning_curve
+from asr.ablation.curves import archive_metrics, as_percent, pick_wer_column, read_learning_curve
 
 
 def _write(path: Path, text: str) -> None:
@@ -45,3 +45,13 @@ def test_missing_metrics_gives_empty_curve(tmp_path: Path) -> None:
 def test_as_percent_only_rescales_fractions() -> None:
     assert as_percent([[1, 0.5], [2, 0.25]]) == [[1, 50.0], [2, 25.0]]
     assert as_percent([[1, 80.0], [2, 40.0]]) == [[1, 80.0], [2, 40.0]]
+
+
+def test_archived_parts_survive_a_logger_that_restarts_its_file(tmp_path: Path) -> None:
+    live = tmp_path / "csv" / "metrics.csv"
+    _write(live, "step,val_wer\n10,0.9\n20,0.8\n")
+    assert len(archive_metrics(tmp_path)) == 1 and not live.exists()
+    _write(live, "step,val_wer\n30,0.7\n")  # the resumed run's fresh file
+    archive_metrics(tmp_path)
+    _write(live, "step,val_wer\n40,0.6\n")
+    assert read_learning_curve(tmp_path) == [[10.0, 0.9], [20.0, 0.8], [30.0, 0.7], [40.0, 0.6]]

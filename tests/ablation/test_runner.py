@@ -74,12 +74,17 @@ def test_interrupted_training_resumes_from_last_ckpt(tmp_path: Path) -> None:
     ckpt = tmp_path / "rel_xl" / "checkpoints" / "last.ckpt"
     ckpt.parent.mkdir(parents=True)
     ckpt.write_text("partial")
+    first_half = tmp_path / "rel_xl" / "csv" / "metrics.csv"
+    first_half.parent.mkdir()
+    first_half.write_text("step,val_wer\n2,0.95\n")
     lines: list[str] = []
     trainer = FakeTrainer()
     _runner(tmp_path, trainer, schemes=("rel_xl",), lines=lines).run()
     assert trainer.jobs[0].resume_from == ckpt
     assert any("rel_xl: resume from" in line for line in lines)
     assert (tmp_path / "rel_xl" / MARKER_NAME).is_file()
+    # The interrupted run's curve points were archived before the resumed logger could delete them.
+    assert read_marker(tmp_path / "rel_xl").curve == [[2.0, 0.95], [5.0, 0.9], [10.0, 0.5]]
 
 
 def test_evaluation_error_fails_only_that_scheme(tmp_path: Path) -> None:
