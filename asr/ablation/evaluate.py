@@ -93,7 +93,7 @@ def load_split(
     Unreadable audio, empty text or audio too short for one frame is skipped and
     counted by reason (the returned Counter), never fatal.
     """
-    from asr.data.audio import AudioError, load_audio
+    from asr.data.audio import AudioError, cut_waveform
     from asr.data.features import FbankExtractor
     from asr.data.manifest import read_cuts
 
@@ -109,7 +109,7 @@ def load_split(
             skipped["empty text"] += 1
             continue
         try:
-            audio = _cut_audio(cut, load_audio)
+            audio = cut_waveform(cut)
         except (AudioError, ValueError, OSError) as err:
             skipped[f"audio: {type(err).__name__}"] += 1
             continue
@@ -118,16 +118,6 @@ def load_split(
             continue
         utts.append(Utterance(cut.id, text, extractor(audio), audio.numel() / 16000.0))
     return utts, skipped
-
-
-def _cut_audio(cut, load_audio) -> torch.Tensor:
-    """(n,) float32 16 kHz samples of the cut's span of its recording."""
-    sources = cut.recording.sources
-    if len(sources) != 1 or sources[0].type != "file":
-        raise ValueError(f"cut {cut.id}: expected one file source, got {[s.type for s in sources]}")
-    audio = load_audio(sources[0].source)
-    start = int(round(cut.start * 16000))
-    return audio[start : start + int(round(cut.duration * 16000))]
 
 
 def batches(utts: Sequence[Utterance], batch_seconds: float) -> Iterator[list[Utterance]]:
