@@ -95,3 +95,15 @@ def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
     lines = capsys.readouterr().out
     assert "rel_xl: skip" in lines and "abs_sin: skip" in lines and ": train" not in lines
     assert read_marker(out / "rel_xl") == before
+
+
+def test_arguments_default_to_a_time_budget_and_reject_stray_words(capsys) -> None:
+    args = ablate.parse_args([])
+    assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps is None
+    assert args.schemes.split(",") == ["rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"]
+    assert ablate.parse_args(["--budget-steps", "60"]).val_every == 10
+    with pytest.raises(SystemExit):
+        ablate.parse_args(["rel_xl"])
+    assert "key=value" in capsys.readouterr().err
+    assert ablate.main(["--schemes", "rel_xl,alibi"]) == 2
+    assert "valid schemes" in capsys.readouterr().err
