@@ -27,6 +27,24 @@ def _bucket_sums(probs: Tensor, index: Tensor, buckets: int) -> Tensor:
     return probs.new_zeros(b, h, c, buckets).scatter_add_(-1, index.expand(b, h, c, kk), probs)
 
 
+class _MaskBeforeSoftmax(torch.autograd.Function):
+    """``logits.masked_fill_(~mask, -inf)`` whose backward passes the gradient through.
+
+    Only valid right before a softmax: masked logits get probability 0, so the
+    softmax gradient there is already exactly 0 and the usual masked_fill
+    backward (a fresh (C, K) buffer) would only rewrite zeros.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, mask4: Tensor) -> Tensor:
+        ctx.mark_dirty(logits)
+        return logits.masked_fill_(~mask4, float("-inf"))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
+
+
 class _SoftmaxValues(torch.autograd.Function):
     """out = softmax(logits) v [+ bucket_sums(probs) rel_v] with an in-place backward.
 
@@ -78,6 +96,15 @@ class _SoftmaxValues(torch.autograd.Function):
         return grad_logits.view(b, h, c, kk).to(logits_dtype), grad_v.to(v_dtype), grad_rel_v, None
 
 
+def mask_before_softmax(logits: Tensor, mask: Tensor) -> Tensor:
+    """Fill ``logits`` with -inf where ``mask`` (broadcastable bool) is False, in place.
+
+    ``logits`` must be a fresh tensor that is not a view (autograd would copy the
+    whole gradient for an in-place op on a view) and must go straight into a softmax.
+    """
+    return _MaskBeforeSoftmax.apply(logits, mask)
+
+
 def attend(
     logits: Tensor,
     v: Tensor,
@@ -90,7 +117,7 @@ def attend(
     """Masked softmax over keys, attention dropout, value mixing.
 
     Args:
-        logits: (B, H, C, K) scaled logits; a fresh tensor, masked in place.
+        logits: (B, H, C, K) scaled logits; a fresh non-view tensor when masked (in place).
         v: (B, H, K, Dh).
         mask4: (B, 1, C|1, K) bool from ``prepare_mask`` (no empty rows), or None.
         rel_v, index: Shaw's value table (N, Dh) and (C, K) buckets, or None.
@@ -98,8 +125,7 @@ def attend(
         (B, H, C, Dh).
     """
     if mask4 is not None:
-        # In place: logits is a temporary and masked_fill_ saves only the mask.
-        logits = logits.masked_fill_(~mask4, float("-inf"))
+        logits = mask_before_softmax(logits, mask4)
     if not (training and dropout > 0.0):
         return _SoftmaxValues.apply(logits, v, rel_v, index)
     probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=True)

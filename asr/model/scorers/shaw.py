@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from asr.model.scorers.attend import attend
+from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.base import (
     AttentionScorer,
     check_qkv,
@@ -64,13 +64,10 @@ class ShawScorer(AttentionScorer):
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits = self._logits(q, k)  # (B*H, C, K)
         if mask4 is not None:
-            # Masked while 3-d so the in-place fill hits a real tensor, not a view
-            # (autograd would copy the whole gradient for an in-place op on a view).
-            mask3 = mask4.expand(b, h, -1, -1).reshape(b * h, mask4.size(2), kk)
-            logits = logits.masked_fill_(~mask3, float("-inf"))
-        logits = logits.view(b, h, c, kk)
+            # Masked while 3-d: the in-place fill must hit the tensor, not a view of it.
+            logits = mask_before_softmax(logits, mask4.expand(b, h, -1, -1).reshape(b * h, -1, kk))
         index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
-        out = attend(logits, v, None, self.dropout, self.training, self.rel_v, index)  # (B, H, C, Dh)
+        out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v, index)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:
