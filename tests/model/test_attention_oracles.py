@@ -227,11 +227,12 @@ def test_bad_mask_and_shapes_raise_with_values():
 
 @pytest.mark.parametrize("name, query_block", [("rel_xl", 64), ("rel_xl", 2), ("shaw", None)])
 def test_gradcheck(name, query_block):
-    s = scorer(name, **({"max_distance": 2} if name == "shaw" else {}))
+    # Small (H=2, Dh=2) so the numerical Jacobian over the parameters stays cheap.
+    options = {"max_distance": 2} if name == "shaw" else {}
+    s = build_position_scheme(name, 4, 2, **options).make_scorer(2, 2, 0.0).double()
     if query_block:
         s.query_block = query_block  # 2 with C = 3: two blocks, one padded row
-    q, keys, v = (t[:1] for t in make_qkv(3, 5))
-    q, keys, v = (t.detach().requires_grad_() for t in (q, keys, v))
+    q, keys, v = (torch.randn(1, 2, n, 2, requires_grad=True) for n in (3, 5, 5))
     mask = torch.ones(1, 3, 5, dtype=torch.bool)
     mask[0, 0, 4] = False
     assert torch.autograd.gradcheck(lambda q, k, v: s(q, k, v, mask), (q, keys, v))

@@ -50,7 +50,7 @@ def prepare_mask(
     Args:
         mask: None, or bool (B, C, K) / (B, 1, K), True = may attend.
     Returns:
-        (mask4 (B, 1, C|1, K) bool or None, row_valid (B, 1, C|1, 1) float-able bool or None).
+        (mask4 (B, 1, C|1, K) bool or None, row_valid (B, 1, C|1, 1) bool or None).
     """
     if mask is None:
         return None, None
