@@ -60,3 +60,29 @@ def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):
     for k, v in model.state_dict().items():
         if v.is_floating_point():
             assert torch.allclose(v, (a[k] + b[k]) / 2, atol=1e-6)
+
+
+def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, capsys):
+    import importlib.util
+
+    cfg, summary, out = trained
+    spec = importlib.util.spec_from_file_location("avg_script", CONF.parent / "scripts" / "average_checkpoints.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    written = script.main([str(out), "--num", "2", "--out", str(tmp_path / "avg2.ckpt")])
+    assert written == tmp_path / "avg2.ckpt" and "averaged 2 checkpoints" in capsys.readouterr().out
+    model, tokenizer, saved_cfg = load_model(written)
+    assert saved_cfg.experiment_name == cfg.experiment_name and tokenizer.vocab_size == model.vocab_size
+
+
+def test_resume_flag_picks_last_checkpoint(tmp_path):
+    from asr.train.run import resolve_ckpt_path
+
+    assert resolve_ckpt_path(None, True, tmp_path) is None  # nothing to resume yet
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    last.write_bytes(b"x")
+    assert resolve_ckpt_path(None, True, tmp_path) == str(last)
+    assert resolve_ckpt_path(None, False, tmp_path) is None
+    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
+        resolve_ckpt_path(str(tmp_path / "nope.ckpt"), False, tmp_path)
