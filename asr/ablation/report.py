@@ -70,7 +70,9 @@ def render_report(
         "*rescore* = CTC prefix beam + attention rescoring, *greedy* = CTC greedy;",
         "streaming WERs use CTC greedy with the chunk mask (C = chunk in encoder frames, L = left chunks);",
         "*long* is the length-extrapolation split (utterances longer than any in training).",
-        "Step time is the mean training step; peak RSS covers the training process and its data workers;",
+        "Step time is the mean training step (forward, backward, optimizer; data loading and validation",
+        "excluded); Steps are those behind the evaluated checkpoint; peak RSS covers the training",
+        "process and its data workers;",
         "stream RTF is encoder `stream_step` + CTC time over audio duration (C16/L4, one CPU thread).",
         "",
     ]

@@ -8,6 +8,7 @@ row and the next scheme still runs. After every scheme the report, plots and
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -206,6 +207,8 @@ class AblationRunner:
             "elapsed (this invocation)": _fmt_duration(elapsed_s),
             # Includes schemes finished by earlier invocations (read from their markers).
             "train + evaluate time (all schemes)": _fmt_duration(sum(r.wall_s for r in results)),
+            # Timings depend on what else runs on the machine: say how busy it was.
+            "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at this write",
         }
         pending = [s for s in self.settings.schemes if s not in {r.scheme for r in results}]
         if pending:
