@@ -55,7 +55,7 @@ def plot_wer_by_scheme(results: Sequence[SchemeResult], path: Path) -> Path | No
     if not done:
         return None
     width = 0.8 / len(WER_BARS)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * len(done)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * len(done)), 5.0))
     for k, key in enumerate(WER_BARS):
         xs = [i + (k - (len(WER_BARS) - 1) / 2) * width for i in range(len(done))]
         # A missing value (e.g. abs_learned past its table on the long set) is a gap, not a zero bar.
@@ -71,7 +71,8 @@ def plot_wer_by_scheme(results: Sequence[SchemeResult], path: Path) -> Path | No
     ax.set_ylabel("WER (%)")
     ax.set_title("WER by position scheme")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    # Below the axes: WERs near 100 % (short budgets) would hide an in-axes legend.
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     return _save(fig, path)
 
 
@@ -85,7 +86,8 @@ def plot_speed_memory(results: Sequence[SchemeResult], path: Path) -> Path | Non
     names = [r.scheme for r in done]
     for ax, key in zip(axes, keys):
         values = [r.metrics.get(key) for r in done]
-        ax.bar(range(len(done)), [v if v is not None else 0.0 for v in values], color="tab:blue")
+        kept = [(i, v) for i, v in enumerate(values) if v is not None]  # a gap, not a zero, when missing
+        ax.bar([i for i, _ in kept], [v for _, v in kept], color="tab:blue")
         ax.set_xticks(range(len(done)))
         ax.set_xticklabels(names, rotation=45, ha="right")
         ax.set_title(_HEADERS[key])
