@@ -67,6 +67,9 @@ class SchemeResult:
     curve: list[list[float]] = field(default_factory=list)
     run_dir: str = ""
     wall_s: float = 0.0
+    # What the scheme was trained with (budget, seed, data, overrides): a re-run with
+    # other settings is warned that it reuses this result.
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

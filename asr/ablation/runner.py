@@ -76,6 +76,16 @@ class AblationSettings:
             timeout_s=timeout,
         )
 
+    def training_settings(self) -> dict[str, Any]:
+        """What a scheme's result depends on (not the scheme list or output folder)."""
+        return {
+            "data_dir": self.data_dir,
+            "seed": self.seed,
+            "budget_steps": self.budget_steps,
+            "budget_minutes": self.budget_minutes,
+            "extra_overrides": list(self.extra_overrides),
+        }
+
     def describe(self) -> dict[str, Any]:
         data = asdict(self)
         data["out_dir"] = str(self.out_dir)
@@ -132,12 +142,23 @@ class AblationRunner:
         previous = read_marker(run_dir)
         if previous is not None and previous.ok:
             self.log(f"[ablate] {scheme}: skip (finished earlier, {run_dir / 'ablation_result.json'})")
+            changed = {
+                k: (previous.settings.get(k), v)
+                for k, v in self.settings.training_settings().items()
+                if previous.settings and previous.settings.get(k) != v
+            }
+            if changed:
+                self.log(
+                    f"[ablate] {scheme}: WARNING: that result was trained with other settings "
+                    f"(earlier, now): {changed}; use another --out to train again"
+                )
             return previous
         start = time.monotonic()
         trained = self._train(scheme, run_dir)
         result = trained if isinstance(trained, SchemeResult) else self._evaluate(scheme, run_dir, trained)
         result.wall_s = time.monotonic() - start
         result.run_dir = str(run_dir)
+        result.settings = self.settings.training_settings()
         write_marker(run_dir, result)
         state = "done" if result.ok else f"FAILED in {result.failed_phase}: {result.error}"
         self.log(f"[ablate] {scheme}: {state} ({_fmt_duration(result.wall_s)})")

@@ -104,3 +104,13 @@ def test_settings_reject_unknown_schemes(tmp_path: Path) -> None:
         AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl", "alibi"), budget_steps=1)
     with pytest.raises(ValueError, match="budget_steps or budget_minutes"):
         AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl",)).job("rel_xl", None)
+
+
+def test_skip_warns_when_the_settings_changed(tmp_path: Path) -> None:
+    _runner(tmp_path, FakeTrainer(), schemes=("rel_xl",)).run()
+    lines: list[str] = []
+    settings = AblationSettings(out_dir=tmp_path, data_dir="data/synth", schemes=("rel_xl",), budget_steps=99)
+    trainer = FakeTrainer()
+    AblationRunner(settings, _evaluate, lambda _: (0.25, 10), train_fn=trainer, log=lines.append).run()
+    assert trainer.jobs == []
+    assert any("WARNING" in line and "'budget_steps': (10, 99)" in line for line in lines)
