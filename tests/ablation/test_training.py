@@ -79,3 +79,38 @@ def test_step_timer_records_every_step(tmp_path: Path) -> None:
     (tmp_path / "step_times.csv").write_text("1,0.5\n2,0.5\n3,0.5\n4,2.0\n5,4.0\n6,0.")
     assert read_step_stats(tmp_path) == (2.0, 6)  # first 3 skipped; '6,0.' parses as 0.0 -> mean of 2,4,0
     assert read_step_stats(tmp_path / "missing") == (None, None)
+
+
+def test_sigterm_to_the_runner_stops_the_training_group(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = f"""
+import signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'scripts')!r})
+import ablate
+from pathlib import Path
+from asr.ablation.training import TrainJob, run_training
+signal.signal(signal.SIGTERM, ablate._exit_on_sigterm)
+job = TrainJob(scheme="rel_xl", run_dir=Path({str(tmp_path)!r}), data_dir="d", budget_steps=1)
+code = "import os, time; open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+run_training(job, [sys.executable, "-c", code])
+"""
+    runner = subprocess.Popen([sys.executable, "-c", script])
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "training child never started"
+        time.sleep(0.2)
+    child = int(pid_file.read_text())
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    try:
+        os.kill(child, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
