@@ -16,7 +16,8 @@ Outputs in --out: report.md (table + notes), results.json, learning_curves.png,
 wer_by_scheme.png, speed_memory.png, and one folder per scheme. Re-running skips
 schemes that finished (<out>/<scheme>/ablation_result.json) and resumes a scheme
 whose training was interrupted from its checkpoints/last.ckpt. Failed schemes are
-shown as failed in the report and retried by the next run.
+shown as failed in the report and retried by the next run. --report-only rebuilds
+the report from what has finished (e.g. while a long ablation is still running).
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam for attention rescoring")
     parser.add_argument("--train-timeout-minutes", type=float, default=None,
                         help="kill a training run after this long (default: 2x the minute budget + 5)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite report.md, results.json and plots from the finished schemes; train nothing")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every training run")
     args = parser.parse_args(argv)
     bad = [o for o in args.overrides if "=" not in o]
@@ -139,9 +142,13 @@ def _run(args: argparse.Namespace) -> int:
     def evaluate(run_dir: Path, ckpt: Path):
         return evaluate_checkpoint(ckpt, eval_cfg, out_dir=run_dir / "eval")
 
+    runner = AblationRunner(settings, evaluate, read_step_stats)
+    if args.report_only:
+        runner.report_only()
+        return 0
     start = time.monotonic()
     print(f"[ablate] {len(schemes)} scheme(s): {','.join(schemes)} -> {settings.out_dir}")
-    results = AblationRunner(settings, evaluate, read_step_stats).run()
+    results = runner.run()
     print(f"[ablate] total {time.monotonic() - start:.0f} s")
     return 0 if all(r.ok for r in results) else 1
 

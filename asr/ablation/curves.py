@@ -25,6 +25,8 @@ _WER_PATTERNS = (
 
 
 ARCHIVE_DIR = "metrics_before_resume"
+# The validation loss as AsrLightningModule logs it.
+VAL_LOSS = "val_loss"
 
 
 def find_metrics_files(run_dir: Path) -> list[Path]:

@@ -32,20 +32,23 @@ WER_BARS: tuple[str, ...] = (
 
 
 def plot_learning_curves(results: Sequence[SchemeResult], path: Path) -> Path | None:
-    """Validation WER (%) against training step, one line per scheme."""
-    curves = [(r.scheme, as_percent(r.curve)) for r in results if r.curve]
-    if not curves:
+    """Validation WER (%) and validation loss against training step, one line per scheme."""
+    panels = (
+        ("validation WER (%)", [(r.scheme, as_percent(r.curve)) for r in results if r.curve]),
+        ("validation loss", [(r.scheme, r.loss_curve) for r in results if r.loss_curve]),
+    )
+    if not any(curves for _, curves in panels):
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for scheme, curve in curves:
-        steps = [step for step, _ in curve]
-        values = [value for _, value in curve]
-        ax.plot(steps, values, marker="o", markersize=3, label=scheme)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("validation WER (%)")
-    ax.set_title("Learning curves")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (label, curves) in zip(axes, panels):
+        for scheme, curve in curves:
+            ax.plot([s for s, _ in curve], [v for _, v in curve], marker="o", markersize=3, label=scheme)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if curves:
+            ax.legend(fontsize=8)
+    fig.suptitle("Learning curves")
     return _save(fig, path)
 
 

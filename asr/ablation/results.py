@@ -40,6 +40,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("wer_stream_c4", "WER stream C4/L16 (%)", "{:.2f}"),
     Metric("wer_long", "WER long full (%)", "{:.2f}"),
     Metric("wer_long_stream", "WER long C16/L4 (%)", "{:.2f}"),
+    Metric("val_loss", "Val loss (last)", "{:.2f}"),
     Metric("step_time_s", "Step time (s)", "{:.3f}"),
     Metric("peak_rss_mb", "Peak RSS (MB)", "{:.0f}"),
     Metric("stream_rtf", "Stream RTF", "{:.3f}"),
@@ -55,7 +56,9 @@ class SchemeResult:
     ``metrics`` maps a key of :data:`METRICS` to a number, or ``None`` when that
     measurement failed; ``metric_errors`` then holds the failure's last line
     (e.g. abs_learned refusing utterances past its table length on the long set).
-    ``curve`` is the validation WER learning curve as ``[step, wer]`` pairs.
+    ``curve`` and ``loss_curve`` are the validation WER and loss learning curves as
+    ``[step, value]`` pairs (the loss still separates schemes when short budgets
+    leave every WER at 100 %).
     """
 
     scheme: str
@@ -65,6 +68,7 @@ class SchemeResult:
     metrics: dict[str, float | None] = field(default_factory=dict)
     metric_errors: dict[str, str] = field(default_factory=dict)
     curve: list[list[float]] = field(default_factory=list)
+    loss_curve: list[list[float]] = field(default_factory=list)
     run_dir: str = ""
     wall_s: float = 0.0
     # What the scheme was trained with (budget, seed, data, overrides): a re-run with

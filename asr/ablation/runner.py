@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asr.ablation.curves import archive_metrics, read_learning_curve
+from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.plots import write_plots
 from asr.ablation.report import write_report
 from asr.ablation.results import (
@@ -136,6 +136,21 @@ class AblationRunner:
         )
         return results
 
+    def report_only(self) -> list[SchemeResult]:
+        """Rewrite the report from the finished schemes' markers (curves re-read); trains nothing."""
+        results = []
+        for scheme in self.settings.schemes:
+            result = read_marker(self.settings.out_dir / scheme)
+            if result is None:
+                self.log(f"[ablate] {scheme}: no result yet (not in the report)")
+                continue
+            if result.ok:
+                refresh_curves(result, self.settings.out_dir / scheme)
+            results.append(result)
+        report, plots = self.write_outputs(results, 0.0)
+        self.log(f"[ablate] report: {report}; plots: {', '.join(str(p) for p in plots) or '(none)'}")
+        return results
+
     def run_scheme(self, scheme: str) -> SchemeResult:
         """Train (or resume) and evaluate one scheme; a finished scheme is read back instead."""
         run_dir = self.settings.out_dir / scheme
@@ -212,12 +227,9 @@ class AblationRunner:
         errors = dict(metric_errors)
         if step_time is None:
             errors["step_time_s"] = "no step timing found in the training logs"
-        return SchemeResult(
-            scheme=scheme,
-            metrics=metrics,
-            metric_errors=errors,
-            curve=read_learning_curve(run_dir),
-        )
+        result = SchemeResult(scheme=scheme, metrics=metrics, metric_errors=errors)
+        refresh_curves(result, run_dir)
+        return result
 
     def write_outputs(self, results: Sequence[SchemeResult], elapsed_s: float) -> tuple[Path, list[Path]]:
         """Rewrite report.md, results.json and the plots for the results so far."""
@@ -236,6 +248,18 @@ class AblationRunner:
             settings["pending"] = ",".join(pending)
         report, _ = write_report(out, results, settings, [str(p) for p in plots])
         return report, plots
+
+
+def refresh_curves(result: SchemeResult, run_dir: Path) -> None:
+    """(Re)read the learning curves and the last validation loss from the run's logs."""
+    result.curve = read_learning_curve(run_dir)
+    result.loss_curve = read_learning_curve(run_dir, VAL_LOSS)
+    if result.loss_curve:
+        result.metrics["val_loss"] = result.loss_curve[-1][1]
+        result.metric_errors.pop("val_loss", None)
+    else:
+        result.metrics["val_loss"] = None
+        result.metric_errors["val_loss"] = f"no {VAL_LOSS} in the training logs"
 
 
 def failed_schemes(results: Sequence[SchemeResult]) -> list[str]:

@@ -28,7 +28,7 @@ class FakeTrainer:
         ckpt.write_text("fake")
         csv = job.run_dir / "csv" / "version_0" / "metrics.csv"
         csv.parent.mkdir(parents=True, exist_ok=True)
-        csv.write_text("step,val/wer\n5,0.9\n10,0.5\n")
+        csv.write_text("step,val/wer,val_loss\n5,0.9,50.0\n10,0.5,40.0\n")
         log.write_text("ok\n")
         return TrainOutcome(returncode=0, wall_s=0.1, peak_rss_mb=321.0, log_path=log)
 
@@ -53,6 +53,8 @@ def test_failure_is_isolated_and_reported(tmp_path: Path) -> None:
     assert by_scheme["rel_xl"].metrics["peak_rss_mb"] == 321.0
     assert by_scheme["rel_xl"].metrics["step_time_s"] == 0.25
     assert by_scheme["rel_xl"].curve == [[5.0, 0.9], [10.0, 0.5]]
+    assert by_scheme["rel_xl"].loss_curve == [[5.0, 50.0], [10.0, 40.0]]
+    assert by_scheme["rel_xl"].metrics["val_loss"] == 40.0
     report = (tmp_path / "report.md").read_text()
     assert "failed (train)" in report and "RuntimeError: shaw exploded" in report
     assert (tmp_path / "results.json").is_file() and (tmp_path / "learning_curves.png").is_file()
@@ -114,3 +116,14 @@ def test_skip_warns_when_the_settings_changed(tmp_path: Path) -> None:
     AblationRunner(settings, _evaluate, lambda _: (0.25, 10), train_fn=trainer, log=lines.append).run()
     assert trainer.jobs == []
     assert any("WARNING" in line and "'budget_steps': (10, 99)" in line for line in lines)
+
+
+def test_report_only_rebuilds_from_markers_without_training(tmp_path: Path) -> None:
+    _runner(tmp_path, FakeTrainer(fail={"shaw"})).run()
+    (tmp_path / "report.md").unlink()
+    trainer = FakeTrainer()
+    results = _runner(tmp_path, trainer, schemes=("rel_xl", "shaw", "rope")).report_only()
+    assert trainer.jobs == []
+    assert [r.scheme for r in results] == ["rel_xl", "shaw"]  # rope never ran
+    report = (tmp_path / "report.md").read_text()
+    assert "| `rel_xl` | ok |" in report and "| `shaw` | failed (train) |" in report
