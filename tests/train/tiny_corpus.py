@@ -70,6 +70,8 @@ def tiny_overrides(data_dir: Path, out_dir: Path | None = None) -> list[str]:
         "trainer.max_epochs=1",
         "trainer.max_time=null",
         "trainer.log_every_n_steps=1",
+        "trainer.val_check_interval=1.0",
+        "trainer.check_val_every_n_epoch=1",
         "+trainer.enable_model_summary=false",
         "~callbacks.progress_bar",
         "logger=csv",
