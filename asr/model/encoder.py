@@ -39,6 +39,7 @@ class ConformerEncoder(nn.Module):
         conv_kernel: depthwise kernel of the conv module.
         causal: causal conv module; streaming needs it.
         subsampling: 4, 6 or 8.
+        subsampling_channels: conv width of the subsampling front end (None: D).
         dropout: dropout after the input embedding and inside the blocks.
         xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
         **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
@@ -55,6 +56,7 @@ class ConformerEncoder(nn.Module):
         conv_kernel: int = 15,
         causal: bool = True,
         subsampling: int = 4,
+        subsampling_channels: int | None = None,
         dropout: float = 0.0,
         xscale: bool = True,
         **scheme_options,
@@ -70,7 +72,7 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
         self.register_buffer("cmvn_mean", torch.zeros(input_dim))
         self.register_buffer("cmvn_istd", torch.ones(input_dim))
-        self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling)
+        self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
         self.scheme = build_position_scheme(pos_enc, d_model, num_heads, **scheme_options)
         self.blocks = nn.ModuleList(
             ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout)
@@ -233,7 +235,8 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     ``pos_enc`` is one of :data:`asr.model.positions.POSITION_SCHEMES`; every
     other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
-    causal=True, subsampling=4, dropout=0.0, xscale=True) or a scheme option
+    causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
+    xscale=True) or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """
     return ConformerEncoder(pos_enc, **kwargs)

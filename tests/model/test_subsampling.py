@@ -65,3 +65,14 @@ def test_bad_rate_and_input_dim():
         Conv2dSubsampling(16, 8, rate=5)
     with pytest.raises(ValueError, match="input_dim"):
         Conv2dSubsampling(4, 8, rate=8)
+
+
+@pytest.mark.parametrize("rate", [4, 6, 8])
+def test_narrow_front_end_keeps_lengths_and_output_size(rate):
+    """A conv width other than D changes only the conv channels, not T' or D."""
+    narrow = Conv2dSubsampling(input_dim=16, d_model=8, rate=rate, channels=3)
+    assert all(m.out_channels == 3 for m in narrow.conv if isinstance(m, torch.nn.Conv2d))
+    x = torch.randn(2, 57, 16)
+    assert narrow(x).shape == (2, subsampled_length(57, rate), 8)
+    with pytest.raises(ValueError, match="channels"):
+        Conv2dSubsampling(input_dim=16, d_model=8, rate=rate, channels=0)
