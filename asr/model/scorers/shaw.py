@@ -44,11 +44,13 @@ class ShawScorer(AttentionScorer):
         nn.init.normal_(self.rel_k, std=head_dim**-0.5)
         nn.init.normal_(self.rel_v, std=head_dim**-0.5)
 
-    def _logits(self, q: Tensor, k: Tensor) -> Tensor:
-        """Scaled unmasked logits as (B*H, C, K), a fresh tensor (not a view)."""
+    def _logits(self, q: Tensor, k: Tensor, index: Tensor) -> Tensor:
+        """Scaled unmasked logits as (B*H, C, K), a fresh tensor (not a view).
+
+        ``index``: (C, K) distance buckets from ``clipped_distance_index``.
+        """
         b, h, c, dh = q.shape
         kk = k.size(2)
-        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
         q_s = (q * self.scale).reshape(b * h, c, dh)
         rel = torch.matmul(q_s, self.rel_k.t())  # (B*H, C, 2k+1)
         logits = rel.gather(-1, index.expand(b * h, c, kk))  # (B*H, C, K)
@@ -57,16 +59,17 @@ class ShawScorer(AttentionScorer):
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         """Scaled unmasked logits (B, H, C, K), the same numbers ``forward`` uses."""
-        return self._logits(q, k).view(q.size(0), q.size(1), q.size(2), k.size(2))
+        index = clipped_distance_index(q.size(2), k.size(2), self.max_distance, q.device)
+        return self._logits(q, k, index).view(q.size(0), q.size(1), q.size(2), k.size(2))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        logits = self._logits(q, k)  # (B*H, C, K)
+        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K), shared by both terms
+        logits = self._logits(q, k, index)  # (B*H, C, K)
         if mask4 is not None:
             # Masked while 3-d: the in-place fill must hit the tensor, not a view of it.
             logits = mask_before_softmax(logits, mask4.expand(b, h, -1, -1).reshape(b * h, -1, kk))
-        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K)
         out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v, index)
         return out if row_valid is None else out * row_valid
 
