@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     if corpus_ready(data_dir):
         print(f"corpus, tokenizer and CMVN found in {data_dir}")
     else:
-        run([PY, "scripts/prepare_data.py", "--out-dir", str(data_dir)], "prepare synth corpus")
+        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir)], "prepare synth corpus")
 
     summary_file = run_dir / "train_summary.json"
     if summary_file.is_file():
