@@ -182,6 +182,12 @@ class AblationRunner:
     def _train(self, scheme: str, run_dir: Path) -> SchemeResult | TrainOutcome:
         """Run the training phase; returns its outcome, or a failed result."""
         resume = find_checkpoint(run_dir)
+        if resume is None and run_dir.exists():
+            # A run that died before its first checkpoint: its step times and logs would
+            # mix into the fresh run's, so they move aside (kept for the post-mortem).
+            stale = run_dir.with_name(f"{scheme}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+            run_dir.rename(stale)
+            self.log(f"[ablate] {scheme}: no last.ckpt; moved the earlier attempt to {stale}")
         job = self.settings.job(scheme, resume)
         phase = "resume" if resume is not None else "train"
         budget = " + ".join(

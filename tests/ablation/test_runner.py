@@ -127,3 +127,15 @@ def test_report_only_rebuilds_from_markers_without_training(tmp_path: Path) -> N
     assert [r.scheme for r in results] == ["rel_xl", "shaw"]  # rope never ran
     report = (tmp_path / "report.md").read_text()
     assert "| `rel_xl` | ok |" in report and "| `shaw` | failed (train) |" in report
+
+
+def test_a_run_that_died_before_any_checkpoint_restarts_clean(tmp_path: Path) -> None:
+    dead = tmp_path / "rel_xl"
+    dead.mkdir()
+    (dead / "step_times.csv").write_text("1,9.0\n2,9.0\n")
+    trainer = FakeTrainer()
+    _runner(tmp_path, trainer, schemes=("rel_xl",)).run()
+    assert trainer.jobs[0].resume_from is None
+    assert not (dead / "step_times.csv").exists()
+    stale = [p for p in tmp_path.iterdir() if p.name.startswith("rel_xl.stale-")]
+    assert len(stale) == 1 and (stale[0] / "step_times.csv").read_text() == "1,9.0\n2,9.0\n"
