@@ -47,14 +47,13 @@ DEFAULT_VAL_EVERY = 25
 #   which matters more than batch size this early in training;
 # - a warmup that fits a budget of a few hundred steps (quickstart's 500 would not end);
 # - validation on 2 dev batches (the same ones each time): frequent learning-curve
-#   points for a few % of the budget;
-# - last.ckpt saved at the end of training too, so a time-budget stop between two
-#   validations still evaluates the final weights.
+#   points for a few % of the budget. Checkpoints (last.ckpt, for resume and for the
+#   evaluation) are saved at each validation, so a time-budget stop evaluates the
+#   weights of the last validation (the Steps column says which step that was).
 DEFAULT_OVERRIDES = (
     "data.max_duration=100",
     "optim.scheduler.warmup_steps=100",
     "trainer.limit_val_batches=2",
-    "++callbacks.model_checkpoint.save_on_train_epoch_end=true",
 )
 
 
@@ -106,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds through run_training, which then stops the training process
     # group (it runs in its own session and would otherwise outlive us, e.g. under `timeout`).
+    print(f"[ablate] stopped by signal {signum}; re-run the same command to resume", file=sys.stderr, flush=True)
     raise SystemExit(128 + signum)
 
 
