@@ -53,12 +53,17 @@ def first_test_audio(data_dir: Path) -> str | None:
             recording = cut.get("recording") or {}
             for source in recording.get("sources", []):
                 if source.get("type") == "file":
+                    # Manifests store audio paths relative to the corpus folder.
                     path = Path(source["source"])
-                    return str(path if path.is_absolute() else ROOT / path)
+                    return str(path if path.is_absolute() else data_dir / path)
     return None
 
 
 def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int) -> dict:
+    done = out_dir / "summary.json"
+    if done.is_file() and json.loads(done.read_text())["ckpt"] == str(ckpt):
+        print(f"decode results of {ckpt.name} found in {out_dir}")
+        return json.loads(done.read_text())
     cmd = [PY, "scripts/decode.py", "--ckpt", str(ckpt), "--split", "test", "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
     run(cmd, f"decode test ({'full context' if chunk == 0 else f'chunk {chunk}'})")
