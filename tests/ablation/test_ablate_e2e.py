@@ -97,9 +97,11 @@ def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
     assert read_marker(out / "rel_xl") == before
 
 
-def test_arguments_default_to_a_time_budget_and_reject_stray_words(capsys) -> None:
+def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys) -> None:
     args = ablate.parse_args([])
-    assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps is None
+    assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps == ablate.DEFAULT_BUDGET_STEPS
+    assert args.train_timeout_minutes == 2 * ablate.DEFAULT_BUDGET_MINUTES + 5
+    assert ablate.parse_args(["--budget-minutes", "30"]).budget_steps is None
     assert args.schemes.split(",") == ["rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"]
     assert ablate.parse_args(["--budget-steps", "60"]).val_every == 10
     with pytest.raises(SystemExit):
