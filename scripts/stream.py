@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
-import torch
+# Small per-chunk kernels: OpenMP's default spin-waiting makes every barrier cost a
+# time slice on a busy CPU (see scripts/bench_streaming.py). Must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 SAMPLE_RATE = 16000
 

@@ -99,22 +99,6 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
     )
 
 
-def _expose_batch_sampler(datamodule: pl.LightningDataModule) -> None:
-    """Lightning reads ``loader.batch_sampler`` off every loader it is given; the data
-    module's loaders wrap a DataLoader without forwarding it. Forward it (None: the
-    Lhotse sampler yields whole batches), leaving loaders that have it untouched."""
-    for name in ("train_dataloader", "val_dataloader"):
-        make = getattr(datamodule, name)
-
-        def make_with_batch_sampler(make=make):
-            loader = make()
-            if not hasattr(loader, "batch_sampler"):
-                loader.batch_sampler = getattr(getattr(loader, "loader", None), "batch_sampler", None)
-            return loader
-
-        setattr(datamodule, name, make_with_batch_sampler)
-
-
 def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
     for cb in trainer.callbacks:
         if isinstance(cb, ModelCheckpoint) and cb.monitor:
@@ -156,7 +140,6 @@ def train(cfg: DictConfig) -> dict:
     # The Trainer knows this process's rank already (DDP children are started with
     # LOCAL_RANK/NODE_RANK set), so the data module can shard its samplers from the start.
     datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank)
-    _expose_batch_sampler(datamodule)
     module = build_module(cfg, datamodule.tokenizer)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
