@@ -4,7 +4,7 @@ id 0 = <blank>, id 1 = <unk>, last id = <sos/eos>; all read back from the writte
 
 Usage:
   python scripts/train_tokenizer.py data/synth/cuts_train.jsonl.gz data/synth/tokenizer --vocab-size 256
-  python scripts/train_tokenizer.py data/synth/cuts_train.jsonl.gz /tmp/bpe --model-type bpe --vocab-size 500
+  python scripts/train_tokenizer.py data/synth/cuts_train.jsonl.gz /tmp/uni --model-type unigram --vocab-size 500
   python scripts/train_tokenizer.py data/aishell/cuts_train.jsonl.gz data/aishell/tokenizer --units char
 """
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("out_dir")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256, help="total ids incl. <blank>, <unk>, <sos/eos>")
-    p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
+    p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
     args = p.parse_args(argv)
     texts = [" ".join(s.text for s in c.supervisions) for c in CutSet.from_file(args.cuts)]
     if args.units == "char":

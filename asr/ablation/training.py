@@ -101,7 +101,8 @@ def train_overrides(job: TrainJob) -> list[str]:
     if job.budget_minutes is not None:
         overrides.append(f"trainer.max_time={max_time_string(job.budget_minutes)}")
         if job.budget_steps is None:
-            overrides += ["trainer.max_steps=-1", "trainer.max_epochs=-1"]
+            # A time-only budget has no last step for a cosine decay to end at.
+            overrides += ["trainer.max_steps=-1", "trainer.max_epochs=-1", "optim.scheduler.kind=noam"]
     if job.val_every_steps is not None:
         overrides += [f"trainer.val_check_interval={job.val_every_steps}", "trainer.check_val_every_n_epoch=null"]
     if job.resume_from is not None:

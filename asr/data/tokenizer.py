@@ -114,7 +114,7 @@ def load_tokenizer(path: str | Path) -> SentencePieceTokenizer | CharTokenizer:
 
 
 def train_sentencepiece(
-    texts: Iterable[str], out_dir: str | Path, vocab_size: int, model_type: str = "unigram"
+    texts: Iterable[str], out_dir: str | Path, vocab_size: int, model_type: str = "bpe"
 ) -> Path:
     """Train a sentencepiece model whose wrapper vocab (pieces + <sos/eos>) has `vocab_size` ids.
 

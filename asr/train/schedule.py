@@ -19,7 +19,8 @@ class WarmupSchedule:
     """Linear warmup from 0 to 1, then one of:
 
     - ``noam``: inverse square root, ``sqrt(warmup / step)`` (Wenet's WarmupLR shape);
-    - ``cosine``: half cosine from 1 to ``min_lr_ratio`` at ``total_steps``, flat after;
+    - ``cosine``: half cosine from 1 down to ``min_lr_ratio``, reached just after the
+      last of ``total_steps`` updates (so the last update still moves the weights), flat after;
     - ``constant``: 1.
     """
 
@@ -55,7 +56,9 @@ class WarmupSchedule:
             return 1.0
         if self.kind == "noam":
             return math.sqrt(max(self.warmup_steps, 1) / step)
-        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+        # Update n (= step - 1) = warmup - 1 has progress 0, update total_steps - 1 has
+        # (total - warmup) / (total - warmup + 1) < 1, update total_steps would have 1.
+        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps + 1))
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
 

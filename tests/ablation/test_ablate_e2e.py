@@ -49,7 +49,7 @@ TINY_MODEL = [
     "data.speed_perturb=false", "model.encoder.d_model=16", "model.encoder.num_heads=2",
     "model.encoder.num_layers=1", "model.encoder.ffn_dim=32", "model.encoder.conv_kernel=3",
     "model.decoder_layers=1", "model.decoder_ffn_dim=32", "streaming.max_chunk=4", "streaming.val_chunk_size=2",
-    "optim.scheduler.warmup_steps=2", "trainer.log_every_n_steps=1", "logger=csv",
+    "optim.scheduler.warmup_steps=1", "trainer.log_every_n_steps=1", "logger=csv",
 ]
 
 

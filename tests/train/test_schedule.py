@@ -14,12 +14,16 @@ def test_noam_peaks_at_warmup_then_decays_as_inverse_sqrt():
     assert all(s(i) < s(i + 1) for i in range(99))
 
 
-def test_cosine_reaches_min_ratio_and_stays():
+def test_cosine_reaches_min_ratio_after_the_last_update_and_stays():
     s = WarmupSchedule("cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
     assert s(9) == pytest.approx(1.0)
-    assert s(59) == pytest.approx(0.1 + 0.9 * 0.5)
-    assert s(109) == pytest.approx(0.1)
+    # update n has progress (n + 1 - 10) / 101
+    assert s(59) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 50 / 101)))
+    assert s(109) > 0.1 + 1e-4  # the last of the 110 updates still has a learning rate above the floor
+    assert s(109) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 100 / 101)))
+    assert s(110) == pytest.approx(0.1)
     assert s(500) == pytest.approx(0.1)
+    assert all(s(i) > s(i + 1) for i in range(9, 110))
 
 
 def test_bad_settings_raise_with_values():
