@@ -260,19 +260,18 @@ def test_fused_softmax_values_match_plain_autograd(with_shaw_values):
     """The in-place backward of the fused path equals autograd through the plain ops
     (the dropout branch, run with p so small that it keeps every value)."""
     from asr.model.scorers.attend import attend
-    from asr.model.scorers.base import clipped_distance_index, prepare_mask
+    from asr.model.scorers.base import prepare_mask
 
     c, k = 4, 7
     logits = torch.randn(B, H, c, k, requires_grad=True)
     v = torch.randn(B, H, k, DH, requires_grad=True)
     rel_v = torch.randn(5, DH, requires_grad=True) if with_shaw_values else None
-    index = clipped_distance_index(c, k, 2, logits.device) if with_shaw_values else None
     mask4, _ = prepare_mask(random_mask(c, k), B, c, k)
     leaves = [t for t in (logits, v, rel_v) if t is not None]
     g = torch.randn(B, H, c, DH)
 
     def grads(dropout, training):
-        out = attend(logits.clone(), v, mask4, dropout, training, rel_v, index)
+        out = attend(logits.clone(), v, mask4, dropout, training, rel_v)
         return (out, *torch.autograd.grad(out, leaves, g))
 
     for fused, plain in zip(grads(0.0, False), grads(1e-12, True)):

@@ -20,11 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from asr.model.scorers.band import band_expand, band_sums
 
-def _bucket_sums(probs: Tensor, index: Tensor, buckets: int) -> Tensor:
-    """Sum each row's probabilities per distance bucket: (B, H, C, K) -> (B, H, C, N)."""
-    b, h, c, kk = probs.shape
-    return probs.new_zeros(b, h, c, buckets).scatter_add_(-1, index.expand(b, h, c, kk), probs)
+
+def _bucket_sums(probs: Tensor, rel_v: Tensor) -> Tensor:
+    """Sum each row's probabilities per distance bucket: (B, H, C, K) -> (B, H, C, N), N = rows of rel_v."""
+    return band_sums(probs, (rel_v.size(0) - 1) // 2)
 
 
 class _MaskBeforeSoftmax(torch.autograd.Function):
@@ -50,25 +51,26 @@ class _SoftmaxValues(torch.autograd.Function):
 
     Args (forward):
         logits: (B, H, C, K) masked logits; v: (B, H, K, Dh);
-        rel_v: None or (N, Dh) Shaw value table; index: None or (C, K) buckets in [0, N).
+        rel_v: None or (N, Dh) Shaw value table, N = 2k + 1 clipped-distance buckets
+            (``asr.model.scorers.band``).
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, v: Tensor, rel_v: Optional[Tensor], index: Optional[Tensor]) -> Tensor:
+    def forward(ctx, logits: Tensor, v: Tensor, rel_v: Optional[Tensor]) -> Tensor:
         probs = torch.softmax(logits, dim=-1)  # (B, H, C, K)
         out = torch.matmul(probs, v)  # (B, H, C, Dh)
         bins = None
         if rel_v is not None:
-            bins = _bucket_sums(probs, index, rel_v.size(0))  # (B, H, C, N)
+            bins = _bucket_sums(probs, rel_v)  # (B, H, C, N)
             out = out.add_(torch.matmul(bins, rel_v))
-        ctx.save_for_backward(probs, v, out, rel_v, index, bins)
+        ctx.save_for_backward(probs, v, out, rel_v, bins)
         ctx.dtypes = (logits.dtype, v.dtype, None if rel_v is None else rel_v.dtype)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        probs, v, out, rel_v, index, bins = ctx.saved_tensors
+        probs, v, out, rel_v, bins = ctx.saved_tensors
         # Under autocast the saved tensors can mix dtypes (fp32 softmax, bf16 v) and
         # backward runs outside autocast: work in the probabilities' dtype.
         work = probs.dtype
@@ -83,8 +85,8 @@ class _SoftmaxValues(torch.autograd.Function):
         if rel_v is None:
             grad_logits = torch.bmm(grad3, v_t)  # (B*H, C, K): d out / d probs
         else:
-            # d/d p_ij of p_ij rel_v[bucket(i,j)] is g_i . rel_v[bucket]: gather, then add g v^T.
-            grad_logits = torch.matmul(grad3, rel_v.t()).gather(-1, index.expand(b * h, c, kk))
+            # d/d p_ij of p_ij rel_v[bucket(i,j)] is g_i . rel_v[bucket]: expand the band, then add g v^T.
+            grad_logits = band_expand(torch.matmul(grad3, rel_v.t()), kk)  # (B*H, C, K)
             grad_logits = grad_logits.baddbmm_(grad3, v_t)
             grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), grad.reshape(-1, dh))  # (N, Dh)
         row_dot = (grad * out).sum(-1).reshape(b * h, c, 1)  # sum_j p_ij dp_ij
@@ -93,7 +95,7 @@ class _SoftmaxValues(torch.autograd.Function):
         logits_dtype, v_dtype, rel_v_dtype = ctx.dtypes
         if grad_rel_v is not None:
             grad_rel_v = grad_rel_v.to(rel_v_dtype)
-        return grad_logits.view(b, h, c, kk).to(logits_dtype), grad_v.to(v_dtype), grad_rel_v, None
+        return grad_logits.view(b, h, c, kk).to(logits_dtype), grad_v.to(v_dtype), grad_rel_v
 
 
 def mask_before_softmax(logits: Tensor, mask: Tensor) -> Tensor:
@@ -112,7 +114,6 @@ def attend(
     dropout: float,
     training: bool,
     rel_v: Optional[Tensor] = None,
-    index: Optional[Tensor] = None,
 ) -> Tensor:
     """Masked softmax over keys, attention dropout, value mixing.
 
@@ -120,16 +121,16 @@ def attend(
         logits: (B, H, C, K) scaled logits; a fresh non-view tensor when masked (in place).
         v: (B, H, K, Dh).
         mask4: (B, 1, C|1, K) bool from ``prepare_mask`` (no empty rows), or None.
-        rel_v, index: Shaw's value table (N, Dh) and (C, K) buckets, or None.
+        rel_v: Shaw's value table (N, Dh) over clipped-distance buckets, or None.
     Returns:
         (B, H, C, Dh).
     """
     if mask4 is not None:
         logits = mask_before_softmax(logits, mask4)
     if not (training and dropout > 0.0):
-        return _SoftmaxValues.apply(logits, v, rel_v, index)
+        return _SoftmaxValues.apply(logits, v, rel_v)
     probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=True)
     out = torch.matmul(probs, v)
     if rel_v is not None:
-        out = out + torch.matmul(_bucket_sums(probs, index, rel_v.size(0)), rel_v)
+        out = out + torch.matmul(_bucket_sums(probs, rel_v), rel_v)
     return out

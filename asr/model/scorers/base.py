@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
+from asr.model.scorers.band import clipped_distance_index  # noqa: F401  (re-exported: rel_bias, tests)
 
 
 def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
@@ -153,18 +154,3 @@ class PlainScorer(AttentionScorer):
             logits = logits.masked_fill(~mask4, float("-inf"))
         out = torch.matmul(torch.softmax(logits, dim=-1), v)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
-
-
-def clipped_distance_index(queries: int, keys: int, max_distance: int, device: torch.device) -> Tensor:
-    """Bucket of each (query, key) pair for Shaw / rel_bias tables.
-
-    Query a sits at local time M + a (M = K - C), key b at time b; the bucket is
-    clip(b - (M + a), -k, k) + k, in [0, 2k].
-
-    Returns:
-        (C, K) int64.
-    """
-    first_query = keys - queries
-    query_time = torch.arange(first_query, keys, device=device)[:, None]  # (C, 1)
-    key_time = torch.arange(keys, device=device)[None, :]  # (1, K)
-    return (key_time - query_time).clamp_(-max_distance, max_distance).add_(max_distance)

@@ -6,9 +6,11 @@ the paper) and bucket d(i, j) = clip(j - i, -k, k):
     logit_ij = q_i . (k_j + aK_d(i,j)) / sqrt(Dh)
     z_i      = sum_j p_ij (v_j + aV_d(i,j))
 
-Key term: S = q aK^T is only (B, H, C, 2k+1); gather it to (B, H, C, K).
+Key term: S = q aK^T is only (B, H, C, 2k+1); expand it to (B, H, C, K).
 Value term: sum_j p_ij aV_d(i,j) = sum_d (sum_{j in bucket d} p_ij) aV_d, so the
-probabilities are scatter-added into 2k+1 bins and multiplied by aV.
+probabilities are summed into 2k+1 bins and multiplied by aV. The buckets form a
+band (diagonals plus two triangles), so expanding and summing use strided views,
+not an index gather / scatter (``asr.model.scorers.band``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import torch
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend, mask_before_softmax
+from asr.model.scorers.band import BandExpand
 from asr.model.scorers.base import (
     AttentionScorer,
     check_qkv,
-    clipped_distance_index,
     prepare_mask,
 )
 
@@ -44,33 +46,28 @@ class ShawScorer(AttentionScorer):
         nn.init.normal_(self.rel_k, std=head_dim**-0.5)
         nn.init.normal_(self.rel_v, std=head_dim**-0.5)
 
-    def _logits(self, q: Tensor, k: Tensor, index: Tensor) -> Tensor:
-        """Scaled unmasked logits as (B*H, C, K), a fresh tensor (not a view).
-
-        ``index``: (C, K) distance buckets from ``clipped_distance_index``.
-        """
+    def _logits(self, q: Tensor, k: Tensor) -> Tensor:
+        """Scaled unmasked logits as (B*H, C, K), a fresh tensor (not a view)."""
         b, h, c, dh = q.shape
         kk = k.size(2)
         q_s = (q * self.scale).reshape(b * h, c, dh)
         rel = torch.matmul(q_s, self.rel_k.t())  # (B*H, C, 2k+1)
-        logits = rel.gather(-1, index.expand(b * h, c, kk))  # (B*H, C, K)
+        logits = BandExpand.apply(rel, kk)  # (B*H, C, K)
         # Accumulate q k^T into the gathered key term: no second (C, K) buffer.
         return logits.baddbmm_(q_s, k.reshape(b * h, kk, dh).transpose(1, 2))
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         """Scaled unmasked logits (B, H, C, K), the same numbers ``forward`` uses."""
-        index = clipped_distance_index(q.size(2), k.size(2), self.max_distance, q.device)
-        return self._logits(q, k, index).view(q.size(0), q.size(1), q.size(2), k.size(2))
+        return self._logits(q, k).view(q.size(0), q.size(1), q.size(2), k.size(2))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        index = clipped_distance_index(c, kk, self.max_distance, q.device)  # (C, K), shared by both terms
-        logits = self._logits(q, k, index)  # (B*H, C, K)
+        logits = self._logits(q, k)  # (B*H, C, K)
         if mask4 is not None:
             # Masked while 3-d: the in-place fill must hit the tensor, not a view of it.
             logits = mask_before_softmax(logits, mask4.expand(b, h, -1, -1).reshape(b * h, -1, kk))
-        out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v, index)
+        out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v)
         return out if row_valid is None else out * row_valid
 
     def extra_repr(self) -> str:
