@@ -1,7 +1,7 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 7 schemes, 600 steps each (~60 min, 2 cores)
+    python scripts/ablate.py                                          # all 7 schemes, 600 steps each (~41 min, 2 cores)
     python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20   # two-scheme smoke, minutes
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
