@@ -46,7 +46,7 @@ DEFAULT_BUDGET_STEPS = 600
 DEFAULT_BUDGET_MINUTES = 9.0
 DEFAULT_VAL_EVERY = 50
 # Ablation-wide training overrides placed before the user's (which win):
-# - a warmup that fits a budget of a few hundred steps (quickstart's 300 of 2800 would
+# - a warmup that fits a budget of a few hundred steps (quickstart's 300 of 3800 would
 #   leave little room for the decay);
 # - validation on 4 dev batches (the same ones each time): frequent learning-curve
 #   points for a few % of the budget. Checkpoints (last.ckpt, for resume and for the

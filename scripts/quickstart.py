@@ -1,15 +1,15 @@
 """End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
 
 Usage (from the repository root):
-    python scripts/quickstart.py                  # everything, ~40 min on a 2-core CPU
-    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 2800 steps)
+    python scripts/quickstart.py                  # everything, ~33 min on a 2-core CPU
+    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 3800 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
 
 Steps (each one reuses what earlier runs left):
  1. build the synthetic corpus, tokenizer and CMVN in data/synth (scripts/prepare_data.py)
     unless they exist;
- 2. train experiment=quickstart (scripts/train.py: 2800 steps, ~32 min on 2 cores, capped by
+ 2. train experiment=quickstart (scripts/train.py: 3800 steps, ~28 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished;
  3. average the best checkpoints (scripts/average_checkpoints.py);
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default="data/synth")
     parser.add_argument("--run-dir", default="exp/quickstart_rel_xl")
     parser.add_argument("--train-minutes", type=float, default=33.0,
-                        help="wall-clock cap on training (the experiment's 2800 steps take ~32 min on 2 cores; "
+                        help="wall-clock cap on training (the experiment's 3800 steps take ~28 min on 2 cores; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
