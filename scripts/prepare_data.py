@@ -58,8 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
     p.add_argument("--cmvn-max-utts", type=int, default=8000,
-                   help="CMVN from the first N train cuts (default 8000, ~1.9M frames of synth: the "
-                        "80 means and variances are settled long before; 0 = all cuts)")
+                   help="CMVN from N train cuts spread evenly over the manifest (default 8000, ~1.9M "
+                        "frames of synth: the 80 means and variances are settled long before; 0 = all)")
     return p.parse_args(argv)
 
 

@@ -36,10 +36,16 @@ def compute_cmvn(
 ) -> dict:
     """Mean and inverse std of every feature frame of `cuts` (float64 accumulation).
 
-    Unreadable cuts are skipped and counted in the returned "skipped" entry.
+    ``max_cuts`` keeps that many cuts spread evenly over the manifest (every k-th),
+    not the first ones: imported corpora are ordered by speaker, so a prefix would be
+    a few speakers' statistics. Unreadable cuts are skipped and counted in the
+    returned "skipped" entry.
     """
     extractor = extractor or FbankExtractor()
-    cut_list = list(cuts)[:max_cuts] if max_cuts else list(cuts)
+    cut_list = list(cuts)
+    if max_cuts and len(cut_list) > max_cuts:
+        stride = len(cut_list) / max_cuts
+        cut_list = [cut_list[int(i * stride)] for i in range(max_cuts)]
     loader = torch.utils.data.DataLoader(
         _FeatureDataset(cut_list, extractor), batch_size=None, num_workers=num_workers,
         collate_fn=lambda x: x,

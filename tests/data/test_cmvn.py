@@ -16,3 +16,18 @@ def test_cmvn_matches_direct_statistics(tiny_corpus, tmp_path):
     assert torch.allclose(torch.tensor(stats["istd"], dtype=torch.float64), 1 / frames.std(0, unbiased=False), rtol=1e-4)
     mean, istd = load_cmvn(save_cmvn(stats, tmp_path / "cmvn.json"))
     assert mean.shape == istd.shape == (80,) and mean.dtype == torch.float32
+
+
+def test_cmvn_subset_is_spread_over_the_manifest(tiny_corpus):
+    cuts = list(read_cuts(tiny_corpus / "cuts_train.jsonl.gz"))
+    assert len(cuts) >= 6
+    keep = len(cuts) // 3
+    stats = compute_cmvn(cuts, max_cuts=keep, num_workers=0)
+    stride = len(cuts) / keep
+    chosen = [cuts[int(i * stride)] for i in range(keep)]
+    fb = FbankExtractor()
+    frames = torch.cat([fb(cut_waveform(c)) for c in chosen]).double()
+    # every k-th cut, not the first `keep` (a prefix is a few speakers of an imported corpus)
+    assert chosen[-1] is not cuts[keep - 1]
+    assert stats["frames"] == frames.shape[0]
+    assert torch.allclose(torch.tensor(stats["mean"], dtype=torch.float64), frames.mean(0), atol=1e-6)
