@@ -16,6 +16,7 @@ Usage:
   python scripts/prepare_data.py                              # data/synth, 18 h train (~5 min)
   python scripts/prepare_data.py --train-hours 0.05 --data-dir /tmp/tiny
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
+  python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
   python scripts/prepare_data.py --corpus wenet --src train=/x/train/data.list dev=/x/dev/data.list \
@@ -33,6 +34,7 @@ from pathlib import Path
 from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.importers import IMPORTERS
 from asr.data.manifest import read_cuts, write_cuts
+from asr.data.probes import PROBE_FILE, build_probe_set
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 
@@ -54,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-hours", type=float, default=0.25)
     p.add_argument("--long-hours", type=float, default=0.25)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--probes", action="store_true",
+                   help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
+                        "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -100,6 +105,9 @@ def main(argv: list[str] | None = None) -> None:
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
                           args.long_hours, args.workers)
         build_synth_corpus(cfg, force=args.force)
+        if args.probes and (args.force or not (out / PROBE_FILE).is_file()):
+            probes = build_probe_set(out, seed=args.seed, workers=args.workers)
+            print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")
     else:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)

@@ -98,15 +98,19 @@ def _short_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
     return (text, voice, audio) if low <= len(audio) / SAMPLE_RATE <= high else None
 
 
-def _long_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
-    """Several sentences by one voice joined by short pauses, 20-60 s in all."""
-    low, high = DURATION_BOUNDS[split]
-    voice = draw_voice(rng, split)
-    target = rng.uniform(low + 5.0, high - 5.0)
+def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[str, np.ndarray] | None:
+    """Sentences by one voice joined by short pauses until ``target`` s, never past ``high`` s.
+
+    A sentence that would overshoot ``high`` is skipped and another drawn (at most
+    200 draws); None when the passage stays shorter than ``low``.
+    Returns (text, (n,) int16 audio at SAMPLE_RATE).
+    """
     texts, pieces, total = [], [], 0
     for _ in range(200):
         text = _GEN(rng)
         audio = _say(text, voice, rng)
+        # A pause is drawn before every sentence, the first too (unused there): the draw order
+        # is part of what makes a corpus reproducible from its seed.
         pause = np.zeros(int(rng.uniform(0.15, 0.5) * SAMPLE_RATE), dtype=np.int16)
         if (total + len(pause) + len(audio)) / SAMPLE_RATE > high:
             continue
@@ -117,7 +121,15 @@ def _long_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
             break
     if total / SAMPLE_RATE < low:
         return None
-    return " ".join(texts), voice, np.concatenate(pieces)
+    return " ".join(texts), np.concatenate(pieces)
+
+
+def _long_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
+    """Several sentences by one voice joined by short pauses, 20-60 s in all."""
+    low, high = DURATION_BOUNDS[split]
+    voice = draw_voice(rng, split)
+    passage = join_sentences(rng, voice, low, high, rng.uniform(low + 5.0, high - 5.0))
+    return None if passage is None else (passage[0], voice, passage[1])
 
 
 def _make_utterance(job: tuple[int, str, int, str]) -> UtteranceMeta:
@@ -137,7 +149,7 @@ def _make_utterance(job: tuple[int, str, int, str]) -> UtteranceMeta:
     return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
 
 
-def _to_cut(meta: UtteranceMeta) -> MonoCut:
+def to_cut(meta: UtteranceMeta) -> MonoCut:
     duration = meta.num_samples / SAMPLE_RATE
     rec = Recording(
         id=meta.cut_id, sources=[AudioSource(type="file", channels=[0], source=meta.audio_path)],
@@ -150,6 +162,16 @@ def _to_cut(meta: UtteranceMeta) -> MonoCut:
     custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
     return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
                    supervisions=[sup], custom=custom)
+
+
+def start_pool(workers: int):
+    """Set up synthesis in this process and return a pool of ``workers`` (None for one).
+
+    The parent is set up first so a missing library or voice fails here, not in a worker.
+    """
+    _init_worker()
+    check_voices_exist(_SYNTH.data_path)
+    return mp.get_context("fork").Pool(workers, initializer=_init_worker) if workers > 1 else None
 
 
 def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]:
@@ -178,7 +200,7 @@ def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]
                 seconds = meta.num_samples / SAMPLE_RATE
                 total += seconds
                 bar.update(round(total) - bar.n)
-    return CutSet.from_cuts(_to_cut(m) for m in metas), total
+    return CutSet.from_cuts(to_cut(m) for m in metas), total
 
 
 def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict:
@@ -188,9 +210,7 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     todo = [s for s in SPLITS if force or not (out / f"cuts_{s}.jsonl.gz").is_file()]
     made_seconds, started = 0.0, time.perf_counter()
     if todo:
-        _init_worker()  # validates the library and voices in the parent before forking workers
-        check_voices_exist(_SYNTH.data_path)
-        pool = mp.get_context("fork").Pool(cfg.workers, initializer=_init_worker) if cfg.workers > 1 else None
+        pool = start_pool(cfg.workers)
         try:
             for split in todo:
                 if cfg.hours(split) <= 0:

@@ -1,0 +1,115 @@
+"""Bootstrap intervals against brute-force computations on small cases."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from asr.ablation.stats import (
+    align_records,
+    paired_difference,
+    pool_seeds,
+    resample_indices,
+    wer_interval,
+)
+
+ERRORS = [0, 3, 1, 5, 2, 0, 7, 1]
+WORDS = [5, 6, 4, 9, 8, 3, 10, 6]
+
+
+def test_wer_interval_matches_a_loop_over_the_same_draws():
+    idx = resample_indices(len(ERRORS), 500, seed=3)
+    rates = []
+    for row in idx:  # one replicate at a time, plain Python sums
+        rates.append(sum(ERRORS[i] for i in row) / sum(WORDS[i] for i in row))
+    expected_low, expected_high = np.percentile(rates, [2.5, 97.5])
+    got = wer_interval(ERRORS, WORDS, replicates=500, seed=3)
+    assert got.value == pytest.approx(sum(ERRORS) / sum(WORDS))
+    assert got.low == pytest.approx(expected_low)
+    assert got.high == pytest.approx(expected_high)
+    assert got.low < got.value < got.high
+
+
+def exact_distribution(values_of_replicate, n):
+    """Every one of the n**n equally likely resamples of n utterances."""
+    return np.array([values_of_replicate(list(rows)) for rows in itertools.product(range(n), repeat=n)])
+
+
+def test_bootstrap_distribution_matches_full_enumeration():
+    errors, words = [0, 2, 1, 4], [3, 4, 2, 5]
+    exact = exact_distribution(lambda rows: sum(errors[i] for i in rows) / sum(words[i] for i in rows), 4)
+    idx = resample_indices(4, 40000, seed=0)
+    sampled = np.asarray(errors)[idx].sum(1) / np.asarray(words)[idx].sum(1)
+    for x in (0.15, 0.25, 0.35, 0.5):
+        # CDF at x: sampling error of a fraction over 40000 draws is < 0.0025 (1 sigma)
+        assert np.mean(sampled <= x) == pytest.approx(np.mean(exact <= x), abs=0.012)
+    interval = wer_interval(errors, words, replicates=40000, seed=0)
+    exact_low, exact_high = np.percentile(exact, [2.5, 97.5])
+    assert interval.low == pytest.approx(exact_low, abs=0.03)
+    assert interval.high == pytest.approx(exact_high, abs=0.03)
+
+
+def test_paired_difference_matches_enumeration_and_its_p_value():
+    err_a, err_b, words = [1, 0, 3, 2], [2, 1, 3, 4], [4, 3, 6, 5]
+    exact = exact_distribution(
+        lambda rows: (sum(err_a[i] for i in rows) - sum(err_b[i] for i in rows)) / sum(words[i] for i in rows), 4
+    )
+    got = paired_difference(err_a, err_b, words, replicates=40000, seed=1)
+    assert got.difference == pytest.approx((6 - 10) / 18)
+    exact_p = min(1.0, 2 * min(np.mean(exact <= 0), np.mean(exact >= 0)))
+    assert got.p_value == pytest.approx(exact_p, abs=0.01)
+    exact_low, exact_high = np.percentile(exact, [2.5, 97.5])
+    assert got.low == pytest.approx(exact_low, abs=0.03)
+    assert got.high == pytest.approx(exact_high, abs=0.03)
+
+
+def test_paired_difference_resolves_only_a_consistent_gap():
+    same = paired_difference(ERRORS, ERRORS, WORDS, replicates=300)
+    assert same.difference == 0.0 and same.p_value == 1.0 and not same.resolved
+    better = [max(e - 1, 0) for e in ERRORS]  # a fewer on every utterance that had one
+    worse_by_one = paired_difference(ERRORS, better, WORDS, replicates=2000, seed=5)
+    assert worse_by_one.resolved and worse_by_one.low > 0 and worse_by_one.p_value < 0.05
+    # One utterance decides the difference: the paired interval must include zero.
+    lucky = list(ERRORS)
+    lucky[3] -= 5
+    unresolved = paired_difference(ERRORS, lucky, WORDS, replicates=2000, seed=5)
+    assert unresolved.difference > 0 and not unresolved.resolved and unresolved.p_value > 0.05
+
+
+def test_paired_p_value_and_interval_agree_on_significance():
+    rng = np.random.default_rng(0)
+    words = rng.integers(3, 12, size=60)
+    for shift in (0, 1, 2):
+        err_a = rng.binomial(words, 0.3)
+        err_b = np.maximum(err_a - rng.binomial(1, 0.15 * shift, size=60), 0)
+        d = paired_difference(err_a, err_b, words, replicates=2000, seed=shift)
+        assert d.resolved == (d.p_value < 0.05) or d.p_value == pytest.approx(0.05, abs=0.002)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="equal-length"):
+        wer_interval([1, 2], [3])
+    with pytest.raises(ValueError, match="no utterances"):
+        wer_interval([], [])
+    with pytest.raises(ValueError, match="no words"):
+        wer_interval([0, 0], [0, 0])
+    with pytest.raises(ValueError, match="level"):
+        wer_interval([1], [2], level=1.5)
+
+
+def test_align_records_keeps_common_utterances_and_pools_seeds():
+    run1 = [{"key": "a", "word_errors": 1, "ref_words": 4}, {"key": "b", "word_errors": 0, "ref_words": 2},
+            {"key": "c", "word_errors": 2, "ref_words": 5}]
+    run2 = [{"key": "c", "word_errors": 4, "ref_words": 5}, {"key": "a", "word_errors": 3, "ref_words": 4}]
+    keys, errors, words = align_records([run1, run2])
+    assert keys == ["a", "c"]
+    assert errors.tolist() == [[1, 2], [3, 4]]
+    assert words.tolist() == [4, 5]
+    pooled = pool_seeds(errors)
+    seed_wers = errors.sum(1) / words.sum()
+    assert pooled.sum() / words.sum() == pytest.approx(seed_wers.mean())
+    run2[0]["ref_words"] = 6
+    with pytest.raises(ValueError, match="word counts differ"):
+        align_records([run1, run2])

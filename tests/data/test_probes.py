@@ -1,0 +1,29 @@
+"""The length probe set: deterministic, lengths near their targets, held-out voices."""
+
+from __future__ import annotations
+
+import soundfile as sf
+
+from asr.data.probes import PROBE_FILE, build_probe_set
+from asr.data.voices import split_voices
+
+
+def _content(cuts, root):
+    return [(c.id, c.supervisions[0].text, sf.read(root / c.recording.sources[0].source, dtype="int16")[0].tobytes())
+            for c in cuts]
+
+
+def test_probe_set_is_deterministic_and_near_its_target_lengths(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    cuts = build_probe_set(one, seed=7, lengths=(5, 12), per_length=3, workers=1)
+    again = build_probe_set(two, seed=7, lengths=(12, 5), per_length=3, workers=2)
+    assert [c.id for c in cuts] == [f"probe005-00{i}" for i in range(3)] + [f"probe012-00{i}" for i in range(3)]
+    assert _content(cuts, one) == _content(again, two)
+    assert (one / PROBE_FILE).is_file()
+    held_out = set(split_voices("test"))
+    for cut in cuts:
+        target = cut.custom["probe_seconds"]
+        assert abs(cut.duration - target) <= 0.1 * target, (cut.id, cut.duration)
+        assert cut.custom["voice"] in held_out
+    other_seed = build_probe_set(tmp_path / "three", seed=8, lengths=(5,), per_length=1, workers=1)
+    assert other_seed[0].supervisions[0].text != cuts[0].supervisions[0].text
