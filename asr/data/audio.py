@@ -49,7 +49,9 @@ def load_audio(
             if start > 0:
                 f.seek(min(start, f.frames))
             data = f.read(frames=frames, dtype="float32", always_2d=True)  # (n, channels)
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as err:
+    # only what soundfile raises for a bad file (LibsndfileError and its kin); a TypeError or
+    # ValueError here is a bug in the caller and must surface, not be counted as corrupt audio
+    except sf.SoundFileError as err:
         raise AudioError(f"cannot decode audio {name}: {str(err).splitlines()[0]}", "audio_corrupt") from None
     if data.shape[0] == 0:
         raise AudioError(f"audio is empty: {name}", "audio_empty")

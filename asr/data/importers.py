@@ -36,7 +36,7 @@ def make_recording(rec_id: str, path: str | Path, skipped: Counter | None = None
         return None
     try:
         info = sf.info(str(path))
-    except (sf.LibsndfileError, RuntimeError) as err:
+    except sf.SoundFileError as err:  # a bad file; anything else is a bug and propagates
         _skip(skipped, "audio_corrupt", f"{rec_id}: unreadable {path} ({str(err).splitlines()[0]})")
         return None
     if info.frames == 0:
@@ -127,8 +127,13 @@ def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet
         if utt not in texts:
             _skip(skipped, "no_transcript", f"{utt}: not in text")
             continue
-        duration = None if end < 0 else end - start
-        cuts.append(make_cut(utt, rec, squeeze_spaces(texts[utt]), start, duration, utt2spk.get(utt)))
+        # the segments columns are start and end times (end -1: to the end of the recording), not a duration
+        stop = rec.duration if end < 0 else min(end, rec.duration)
+        if stop <= start:
+            _skip(skipped, "bad_manifest_line",
+                  f"segment {utt}: [{start}, {end}) is empty or past the end of {rec_id} ({rec.duration:.2f} s)")
+            continue
+        cuts.append(make_cut(utt, rec, squeeze_spaces(texts[utt]), start, stop - start, utt2spk.get(utt)))
     return CutSet.from_cuts(cuts)
 
 

@@ -46,3 +46,27 @@ def test_bad_files_raise_audio_error(tmp_path):
     with pytest.raises(AudioError) as err:
         load_audio(tmp_path / "empty.wav")
     assert err.value.reason == "audio_empty"
+
+
+def test_a_truncated_flac_is_corrupt_audio(tmp_path):
+    write_tone(tmp_path / "whole.flac", 1.0)
+    raw = (tmp_path / "whole.flac").read_bytes()
+    (tmp_path / "cut.flac").write_bytes(raw[: len(raw) // 3])  # header intact, frames missing
+    (tmp_path / "header.flac").write_bytes(raw[:20])
+    for name in ("cut.flac", "header.flac"):
+        with pytest.raises(AudioError) as err:
+            load_audio(tmp_path / name)
+        assert err.value.reason == "audio_corrupt"
+
+
+@pytest.mark.parametrize("bug", [TypeError("read() got an unexpected keyword"), ValueError("bad dtype"), KeyError("x")])
+def test_a_code_bug_is_not_reported_as_corrupt_audio(tmp_path, monkeypatch, bug):
+    write_tone(tmp_path / "fine.wav", 0.1)
+
+    def broken_read(self, *args, **kwargs):
+        raise bug
+
+    monkeypatch.setattr(sf.SoundFile, "read", broken_read)
+    with pytest.raises(type(bug)) as err:
+        load_audio(tmp_path / "fine.wav")
+    assert err.value is bug and not isinstance(err.value, AudioError)

@@ -2,7 +2,9 @@ import json
 from collections import Counter
 
 import pytest
+import torch
 
+from asr.data.audio import cut_waveform
 from asr.data.importers import import_aishell, import_kaldi, import_librispeech, import_nemo, import_wenet
 from conftest import write_tone
 
@@ -25,12 +27,19 @@ def test_wenet(tmp_path):
     assert skipped == {"audio_missing": 1, "bad_manifest_line": 1}
 
 
+def _write_kaldi_tables(folder, **tables):
+    """One file per keyword: wav_scp="..." writes folder/wav.scp."""
+    for name, text in tables.items():
+        (folder / name.replace("_", ".")).write_text(text)
+
+
 def test_kaldi_with_segments(tmp_path):
     write_tone(tmp_path / "r1.wav", 3.0)
-    (tmp_path / "wav.scp").write_text(f"r1 {tmp_path / 'r1.wav'}\nr2 sox x.wav -t wav - |\n")
-    (tmp_path / "segments").write_text("u1 r1 0.0 1.0\nu2 r1 1.5 3.0\nu3 r2 0 1\nu4 r1 0 1\n")
-    (tmp_path / "text").write_text("u1 first part\nu2 second part\nu3 piped\n")
-    (tmp_path / "utt2spk").write_text("u1 spk1\nu2 spk2\n")
+    _write_kaldi_tables(
+        tmp_path, wav_scp=f"r1 {tmp_path / 'r1.wav'}\nr2 sox x.wav -t wav - |\n",
+        segments="u1 r1 0.0 1.0\nu2 r1 1.5 3.0\nu3 r2 0 1\nu4 r1 0 1\n",
+        text="u1 first part\nu2 second part\nu3 piped\n", utt2spk="u1 spk1\nu2 spk2\n",
+    )
     skipped = Counter()
     cuts = import_kaldi(tmp_path, skipped)
     assert sorted(cuts.ids) == ["u1", "u2"]
@@ -40,10 +49,28 @@ def test_kaldi_with_segments(tmp_path):
     assert skipped == {"unsupported_wav_command": 1, "no_transcript": 1}
 
 
+def test_kaldi_segment_end_is_a_time_not_a_duration(tmp_path):
+    # start > 0 and end well inside the recording: reading the end column as a
+    # duration would give 2.0 s here, not the 1.0 s between the two times
+    data = write_tone(tmp_path / "r1.wav", 4.0, freq=0.1)  # rises over the first 2.5 s: no two windows match
+    _write_kaldi_tables(
+        tmp_path, wav_scp="r1 r1.wav\n", text="mid a\ntail b\nempty c\npast d\n",
+        segments="mid r1 1.0 2.0\ntail r1 2.5 -1\nempty r1 2.0 2.0\npast r1 4.5 5.0\n",
+    )
+    skipped = Counter()
+    cuts = import_kaldi(tmp_path, skipped)
+    assert sorted(cuts.ids) == ["mid", "tail"]
+    assert (cuts["mid"].start, cuts["mid"].duration) == (1.0, 1.0)
+    assert cuts["mid"].supervisions[0].duration == 1.0
+    assert (cuts["tail"].start, cuts["tail"].duration) == (2.5, 1.5)
+    wav = cut_waveform(cuts["mid"])
+    assert torch.allclose(wav, torch.from_numpy(data[16000:32000, 0]).float(), atol=1e-4)
+    assert skipped == {"bad_manifest_line": 2}
+
+
 def test_kaldi_without_segments(tmp_path):
     write_tone(tmp_path / "x.flac", 1.0)
-    (tmp_path / "wav.scp").write_text("x x.flac\n")
-    (tmp_path / "text").write_text("x one two\n")
+    _write_kaldi_tables(tmp_path, wav_scp="x x.flac\n", text="x one two\n")
     cuts = import_kaldi(tmp_path)
     assert list(cuts.ids) == ["x"] and cuts["x"].duration == pytest.approx(1.0)
     with pytest.raises(FileNotFoundError, match="wav.scp"):
