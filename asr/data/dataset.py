@@ -4,7 +4,8 @@ A Lhotse sampler hands `__getitem__` a whole CutSet (one batch). Bad items are
 dropped from the batch, not raised: the batch comes back with the list of
 (reason, cut id) it skipped, and `SkipCountingLoader` (main process) strips that
 list and accumulates it, because counters inside worker processes never reach
-the trainer.
+the trainer. An unreadable noise file drops nothing: that speech cut is kept
+without noise and the noise cut is listed under ``noise_<reason>``.
 """
 
 from __future__ import annotations
@@ -47,13 +48,20 @@ class AsrDataset(torch.utils.data.Dataset):
         self.noise_prob = noise_prob
         self.snr_range_db = snr_range_db
 
-    def _waveform(self, cut) -> torch.Tensor:
+    def _waveform(self, cut, skipped: Skipped) -> torch.Tensor:
         wav = cut_waveform(cut)  # (n,)
         if self.speed_perturb:
             wav = speed_perturb(wav, random_speed())
         if self.noise_cuts and random.random() < self.noise_prob:
-            noise = cut_waveform(random.choice(self.noise_cuts))
-            wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
+            noise_cut = random.choice(self.noise_cuts)
+            try:
+                noise = cut_waveform(noise_cut)
+            except AudioError as err:
+                # the fault is the noise file's: the speech trains clean and the noise cut is counted
+                log.warning("noise cut %s unusable, cut %s gets no noise: %s", noise_cut.id, cut.id, err)
+                skipped.append((f"noise_{err.reason}", noise_cut.id))
+            else:
+                wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
         return wav
 
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped]:
@@ -61,7 +69,7 @@ class AsrDataset(torch.utils.data.Dataset):
         skipped: Skipped = []
         for cut in cuts:
             try:
-                wav = self._waveform(cut)
+                wav = self._waveform(cut, skipped)
             except AudioError as err:
                 log.warning("skipping cut %s: %s", cut.id, err)
                 skipped.append((err.reason, cut.id))

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from asr.data.augment import SpecAugment, mix_noise, speed_perturb
@@ -10,13 +11,19 @@ def test_speed_perturb_lengths():
     assert abs(speed_perturb(wav, 0.9).numel() - 16000 / 0.9) <= 1
 
 
-def test_mix_noise_hits_snr():
+@pytest.mark.parametrize("snr_db", [-5.0, 0.0, 10.0, 30.0])
+@pytest.mark.parametrize("noise_len", [5000, 48000], ids=["tiled", "cropped"])
+def test_mix_noise_hits_snr(snr_db, noise_len):
     torch.manual_seed(0)
-    speech, noise = torch.randn(16000), torch.randn(5000) * 3.0
-    mixed = mix_noise(speech, noise, snr_db=10.0)
-    added = mixed - speech
+    speech, noise = torch.randn(16000) * 0.2, torch.randn(noise_len) * 3.0
+    # the part of a long noise that is mixed in is 40 dB quieter than the rest: scaling by the
+    # power of the whole file instead of the part used misses the SNR by about 30 dB
+    noise[:16000] *= 0.01
+    mixed = mix_noise(speech, noise, snr_db=snr_db)
+    added = mixed - speech  # (16000,) the noise as it was mixed in
+    assert mixed.shape == speech.shape
     snr = 10 * torch.log10(speech.pow(2).mean() / added.pow(2).mean())
-    assert abs(float(snr) - 10.0) < 0.05
+    assert abs(float(snr) - snr_db) < 0.1
 
 
 def test_spec_augment_masks_with_the_mean():

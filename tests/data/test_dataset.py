@@ -1,0 +1,41 @@
+"""AsrDataset: what a bad noise file costs (a noise skip, never the speech cut)."""
+
+import torch
+from lhotse import CutSet
+
+from asr.data.audio import cut_waveform
+from asr.data.dataset import AsrDataset
+from asr.data.features import FbankExtractor
+from asr.data.importers import make_cut, make_recording
+from conftest import write_tone
+
+
+def _speech_and_noise(folder):
+    write_tone(folder / "speech.wav", 1.0, freq=300)
+    write_tone(folder / "noise.wav", 0.5, freq=2500)
+    speech = make_cut("speech", make_recording("speech", folder / "speech.wav"), "hello")
+    noise = make_cut("noise", make_recording("noise", folder / "noise.wav"), "")
+    return speech, noise
+
+
+def _dataset(noise) -> AsrDataset:
+    return AsrDataset({"speech": [3, 4]}, FbankExtractor(), noise_cuts=CutSet.from_cuts([noise]), noise_prob=1.0)
+
+
+def test_a_bad_noise_file_is_a_noise_skip_and_the_speech_cut_is_kept(tmp_path):
+    speech, noise = _speech_and_noise(tmp_path)
+    (tmp_path / "noise.wav").write_bytes(b"RIFF no longer audio")  # went bad after import
+    batch, skipped = _dataset(noise)[CutSet.from_cuts([speech])]
+    assert batch.keys == ["speech"] and batch.tokens[0].tolist() == [3, 4]
+    assert skipped == [("noise_audio_corrupt", "noise")]
+    # the speech went through clean
+    clean = FbankExtractor()(cut_waveform(speech))  # (T, F)
+    assert torch.equal(batch.feats[0, : clean.shape[0]], clean)
+
+
+def test_a_good_noise_file_is_mixed_in_and_nothing_is_skipped(tmp_path):
+    speech, noise = _speech_and_noise(tmp_path)
+    batch, skipped = _dataset(noise)[CutSet.from_cuts([speech])]
+    assert batch.keys == ["speech"] and skipped == []
+    clean = FbankExtractor()(cut_waveform(speech))  # (T, F)
+    assert not torch.allclose(batch.feats[0, : clean.shape[0]], clean, atol=1e-3)
