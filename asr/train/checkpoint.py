@@ -6,6 +6,10 @@ A training checkpoint carries everything needed to use the model elsewhere:
   ``asr.model.asr_model.build_asr_model`` (vocab size and special ids included, as read
   from the tokenizer model when training started);
 - ``hyper_parameters["cfg"]``: the resolved training config (data dir, chunk settings);
+- ``hyper_parameters["scheduler"]``, ``["streaming"]``, ``["seed"]``: the settings the
+  LightningModule was built with, under their YAML names (``asr.train.config``).
+  Checkpoints written before these were stored lack them; nothing here reads them, so
+  such checkpoints still load and resume unchanged;
 - ``asr_tokenizer_files``: the bytes of the tokenizer files, so a checkpoint copied to
   another machine still decodes to text.
 """

@@ -1,10 +1,10 @@
 """LightningModule for CTC + attention (U2/U2++) training with dynamic chunks.
 
 The module receives a built ``AsrModel`` (any module with its API), an optimizer
-partial and plain schedule settings; it owns only what belongs to training: the
-per-batch chunk draw, the non-finite-loss guard, the LR schedule and validation
-metrics. Batches are ``asr.data.batch.Batch``: feats (B, T, F), feat_lens (B,),
-tokens (B, U) padded with -1, token_lens (B,), keys, texts.
+partial and the typed config groups of ``asr.train.config``; it owns only what
+belongs to training: the per-batch chunk draw, the non-finite-loss guard, the LR
+schedule and validation metrics. Batches are ``asr.data.batch.Batch``: feats (B, T, F),
+feat_lens (B,), tokens (B, U) padded with -1, token_lens (B,), keys, texts.
 
 Non-finite losses under DDP: Lightning refuses a ``None`` from ``training_step`` when
 world_size > 1, because ranks that skip and ranks that do not would deadlock in the
@@ -17,6 +17,7 @@ AdamW skips parameters without gradients: the step changes nothing, on every ran
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from typing import Any, Callable
 
 import lightning.pytorch as pl
@@ -26,6 +27,7 @@ from torch import nn
 from asr.decode import decode_batch
 from asr.train.checkpoint import TOKENIZER_KEY
 from asr.train.chunks import DynamicChunkSampler
+from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
 
@@ -38,19 +40,17 @@ class AsrLightningModule(pl.LightningModule):
         model: the AsrModel.
         optimizer: ``params -> Optimizer`` (a Hydra ``_partial_`` AdamW).
         tokenizer: turns hypothesis ids into text for the validation WER.
-        scheduler_kind / warmup_steps / total_steps / min_lr_ratio: see
-            ``asr.train.schedule.WarmupSchedule``; ``total_steps=None`` uses the
-            trainer's ``estimated_stepping_batches``.
-        p_full / max_chunk / max_left / p_unlimited_left / chunk_seed: dynamic chunk
-            training (``asr.train.chunks.DynamicChunkSampler``).
-        val_chunk_size / val_left_chunks: the streaming setting whose greedy CTC WER is
-            reported beside the full-context one (0 disables it).
+        scheduler: the ``optim.scheduler`` group (LR schedule).
+        streaming: the ``streaming`` group (chunk draws, streaming validation).
+        seed: the run's ``seed``; seeds the chunk draws.
+        debug: the ``debug`` group (forced NaN loss, for tests).
         build_info: plain data saved as hyper-parameters so that
             ``asr.train.checkpoint.load_model`` can rebuild the model without Hydra.
         tokenizer_files: ``asr.train.checkpoint.pack_tokenizer`` output, stored in every
             checkpoint so it decodes to text wherever it is copied.
-        debug_nan_on_rank / debug_nan_at_step: test hook forcing a NaN loss on one rank
-            at one global step (-1: off).
+
+    ``scheduler``, ``streaming`` and ``seed`` are saved as hyper-parameters under those
+    names with their YAML keys (``asr.train.config``), beside ``build_info``.
     """
 
     def __init__(
@@ -58,37 +58,34 @@ class AsrLightningModule(pl.LightningModule):
         model: nn.Module,
         optimizer: Callable[..., torch.optim.Optimizer],
         tokenizer: Any,
-        scheduler_kind: str = "noam",
-        warmup_steps: int = 25000,
-        total_steps: int | None = None,
-        min_lr_ratio: float = 0.0,
-        p_full: float = 0.5,
-        max_chunk: int = 25,
-        max_left: int = 8,
-        p_unlimited_left: float = 0.5,
-        chunk_seed: int = 0,
-        val_chunk_size: int = 16,
-        val_left_chunks: int = -1,
+        scheduler: SchedulerConfig = SchedulerConfig(),
+        streaming: StreamingConfig = StreamingConfig(),
+        seed: int = 0,
+        debug: DebugConfig = DebugConfig(),
         build_info: dict | None = None,
         tokenizer_files: dict | None = None,
-        debug_nan_on_rank: int = -1,
-        debug_nan_at_step: int = -1,
     ) -> None:
         super().__init__()
-        if val_chunk_size < 0:
-            raise ValueError(f"val_chunk_size ({val_chunk_size}) must be >= 0 (0 disables it).")
-        self.save_hyperparameters(build_info or {})
+        if streaming.val_chunk_size < 0:
+            raise ValueError(f"val_chunk_size ({streaming.val_chunk_size}) must be >= 0 (0 disables it).")
+        self.save_hyperparameters(
+            {**(build_info or {}), "scheduler": asdict(scheduler), "streaming": asdict(streaming), "seed": seed}
+        )
         self.model = model
         self.optimizer_factory = optimizer
         self.tokenizer = tokenizer
-        self.schedule_args = (scheduler_kind, warmup_steps, total_steps, min_lr_ratio)
-        self.chunks = DynamicChunkSampler(p_full, max_chunk, max_left, p_unlimited_left, chunk_seed)
+        self.scheduler_config = scheduler
+        self.chunks = DynamicChunkSampler(
+            streaming.p_full, streaming.max_chunk, streaming.max_left, streaming.p_unlimited_left, seed
+        )
         self.val_settings = {"val_wer": (0, -1)}
-        if val_chunk_size > 0:
-            self.val_settings[f"val_wer_chunk{val_chunk_size}"] = (val_chunk_size, val_left_chunks)
+        if streaming.val_chunk_size > 0:
+            self.val_settings[f"val_wer_chunk{streaming.val_chunk_size}"] = (
+                streaming.val_chunk_size, streaming.val_left_chunks,
+            )
         self.wer_sums = {name: WerSums() for name in self.val_settings}
         self.tokenizer_files = tokenizer_files
-        self.debug_nan = (debug_nan_on_rank, debug_nan_at_step)
+        self.debug_nan = (debug.nan_on_rank, debug.nan_at_step)
         self.nonfinite_skips = 0
         self.best_val_wer: float | None = None
 
@@ -134,16 +131,16 @@ class AsrLightningModule(pl.LightningModule):
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=self.model.parameters())
-        kind, warmup, total, min_ratio = self.schedule_args
-        if kind == "cosine" and total is None:
+        config = self.scheduler_config
+        if config.kind == "cosine" and config.total_steps is None:
             estimated = self.trainer.estimated_stepping_batches
             if estimated == float("inf"):
                 raise ValueError(
                     "cosine schedule needs optim.scheduler.total_steps or trainer.max_steps "
                     f"(estimated_stepping_batches is {estimated})."
                 )
-            total = int(estimated)
-        scheduler = build_scheduler(optimizer, kind, warmup, total, min_ratio)
+            config = replace(config, total_steps=int(estimated))
+        scheduler = build_scheduler(optimizer, **asdict(config))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ---------------------------------------------------------------- validation

@@ -3,7 +3,9 @@
 This is the plain function behind ``scripts/train.py`` (which only adds ``@hydra.main``);
 tests call it with the real configs shrunk. Hydra builds objects only at the seams
 (data module, optimizer partial, trainer, callbacks, loggers); the model is built from
-plain kwargs so a checkpoint can rebuild it without Hydra.
+plain kwargs so a checkpoint can rebuild it without Hydra. The groups the module reads
+(``optim.scheduler``, ``streaming``, ``debug``) reach it as ``asr.train.config`` objects
+whose fields are the YAML keys.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.data.cmvn import load_cmvn
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
+from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig, from_group
 from asr.train.module import AsrLightningModule
 
 
@@ -71,31 +74,20 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
     )
     model = build_asr_model(**model_kwargs)
     model.encoder.set_cmvn(*cmvn_from_data_dir(cfg.data.data_dir))
-    sched, stream = cfg.optim.scheduler, cfg.streaming
-    debug = cfg.get("debug") or {}
     return AsrLightningModule(
         model=model,
         optimizer=instantiate(cfg.optim.optimizer),
         tokenizer=tokenizer,
-        scheduler_kind=sched.kind,
-        warmup_steps=sched.warmup_steps,
-        total_steps=sched.total_steps,
-        min_lr_ratio=sched.min_lr_ratio,
-        p_full=stream.p_full,
-        max_chunk=stream.max_chunk,
-        max_left=stream.max_left,
-        p_unlimited_left=stream.p_unlimited_left,
-        chunk_seed=cfg.seed,
-        val_chunk_size=stream.val_chunk_size,
-        val_left_chunks=stream.val_left_chunks,
+        scheduler=from_group(SchedulerConfig, cfg.optim.scheduler),
+        streaming=from_group(StreamingConfig, cfg.streaming),
+        seed=cfg.seed,
+        debug=from_group(DebugConfig, cfg.get("debug")),
         build_info={
             "model_kwargs": model_kwargs,
             "tokenizer_path": str(cfg.data.tokenizer_path),
             "cfg": plain_config(cfg),
         },
         tokenizer_files=pack_tokenizer(cfg.data.tokenizer_path),
-        debug_nan_on_rank=debug.get("nan_on_rank", -1),
-        debug_nan_at_step=debug.get("nan_at_step", -1),
     )
 
 

@@ -1,6 +1,8 @@
 """Every config group option composes and builds what it describes."""
 
 import inspect
+import re
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -13,6 +15,7 @@ from omegaconf import OmegaConf
 from asr.model.asr_model import build_asr_model
 from asr.train.checkpoint import model_kwargs_from_config
 from asr.train.chunks import DynamicChunkSampler
+from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig, from_group
 from asr.train.schedule import build_scheduler
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -71,17 +74,33 @@ def test_optim_option_builds_optimizer_and_schedule(tmp_path, option):
     cfg = make_cfg(tmp_path, [f"optim={option}", "optim.scheduler.total_steps=100000"])
     opt = instantiate(cfg.optim.optimizer)(params=[torch.nn.Parameter(torch.zeros(2))])
     assert isinstance(opt, torch.optim.AdamW)
-    sched = build_scheduler(opt, **cfg.optim.scheduler)
+    config = from_group(SchedulerConfig, cfg.optim.scheduler)
+    assert asdict(config) == OmegaConf.to_container(cfg.optim.scheduler)
+    sched = build_scheduler(opt, **asdict(config))
     assert sched.get_last_lr()[0] < cfg.optim.optimizer.lr  # warmup starts low
 
 
 @pytest.mark.parametrize("option", options("streaming"))
 def test_streaming_option_builds_sampler(tmp_path, option):
     cfg = make_cfg(tmp_path, [f"streaming={option}"])
-    s = cfg.streaming
+    s = from_group(StreamingConfig, cfg.streaming)
+    assert asdict(s) == OmegaConf.to_container(cfg.streaming)
     sampler = DynamicChunkSampler(s.p_full, s.max_chunk, s.max_left, s.p_unlimited_left, seed=0)
     draws = {sampler.sample() for _ in range(50)}
     assert (draws == {(0, -1)}) == (option == "full_context")
+
+
+def test_debug_group_builds_its_config(tmp_path):
+    cfg = make_cfg(tmp_path, ["debug.nan_at_step=3"])
+    assert from_group(DebugConfig, cfg.debug) == DebugConfig(nan_on_rank=-1, nan_at_step=3)
+
+
+@pytest.mark.parametrize("cls, group", [(SchedulerConfig, "optim.scheduler"), (StreamingConfig, "streaming")])
+def test_unknown_key_in_a_group_names_the_valid_keys(tmp_path, cls, group):
+    cfg = make_cfg(tmp_path, [f"+{group}.warmup_stpes=5"])
+    valid = [f.name for f in fields(cls)]
+    with pytest.raises(ValueError, match=re.escape(f"unknown keys ['warmup_stpes']; valid keys are {valid}.")):
+        from_group(cls, OmegaConf.select(cfg, group))
 
 
 @pytest.mark.parametrize("option", options("trainer"))

@@ -5,6 +5,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig
 from asr.train.module import AsrLightningModule
 from asr.train.trace import BatchTrace, parameter_checksum
 
@@ -15,16 +16,15 @@ def _loader(batches):
     return torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
 
 
-def _module(**kwargs):
+def _module(debug=DebugConfig(), **streaming):
     torch.manual_seed(0)
     return AsrLightningModule(
         model=tiny_model(),
         optimizer=functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.01),
         tokenizer=LetterTokenizer(),
-        warmup_steps=2,
-        max_chunk=4,
-        val_chunk_size=2,
-        **kwargs,
+        scheduler=SchedulerConfig(warmup_steps=2),
+        streaming=StreamingConfig(**{"max_chunk": 4, "val_chunk_size": 2, **streaming}),
+        debug=debug,
     )
 
 
@@ -37,7 +37,7 @@ def _trainer(tmp_path, callbacks=(), **kwargs):
 
 
 def test_forced_nan_skips_the_step_and_is_counted(tmp_path):
-    module = _module(debug_nan_on_rank=0, debug_nan_at_step=1)
+    module = _module(debug=DebugConfig(nan_on_rank=0, nan_at_step=1))
     trainer = _trainer(tmp_path, callbacks=[BatchTrace(str(tmp_path / "trace"))])
     trainer.fit(module, train_dataloaders=_loader(random_batches(3)))
     records = [json.loads(line) for line in open(tmp_path / "trace" / "trace_rank0.jsonl")]
@@ -92,7 +92,8 @@ def test_lr_follows_warmup_per_optimizer_step(tmp_path):
 def test_bad_val_chunk_raises():
     with pytest.raises(ValueError, match=r"val_chunk_size \(-1\)"):
         AsrLightningModule(
-            model=tiny_model(), optimizer=torch.optim.AdamW, tokenizer=LetterTokenizer(), val_chunk_size=-1)
+            model=tiny_model(), optimizer=torch.optim.AdamW, tokenizer=LetterTokenizer(),
+            streaming=StreamingConfig(val_chunk_size=-1))
 
 
 def test_parameter_checksum_changes_with_parameters():

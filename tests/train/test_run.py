@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from asr.train.checkpoint import load_model, top_k_checkpoints, write_averaged_checkpoint
 from asr.train.run import train
@@ -48,6 +49,38 @@ def test_load_model_rebuilds_without_hydra(trained, corpus):
     # CMVN from cmvn.json travelled with the weights.
     assert torch.allclose(model.encoder.cmvn_istd, torch.full((80,), 0.25))
     assert not model.training
+
+
+def test_checkpoint_stores_the_config_groups_under_their_yaml_names(trained):
+    cfg, summary, out = trained
+    hparams = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]
+    assert hparams["scheduler"] == OmegaConf.to_container(cfg.optim.scheduler)
+    assert hparams["streaming"] == OmegaConf.to_container(cfg.streaming)
+    assert hparams["seed"] == cfg.seed
+
+
+# hyper_parameters as asr.train wrote them before the config groups were stored
+# (only build_info: no "scheduler", "streaming" or "seed").
+OLD_HPARAM_KEYS = ("model_kwargs", "tokenizer_path", "cfg")
+
+
+def test_old_style_checkpoint_loads_and_resumes(trained, tmp_path):
+    cfg, summary, out = trained
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt["hyper_parameters"] = {k: ckpt["hyper_parameters"][k] for k in OLD_HPARAM_KEYS}
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+
+    model, tokenizer, saved_cfg = load_model(old)
+    assert all(torch.equal(v, ckpt["state_dict"]["model." + k]) for k, v in model.state_dict().items())
+    assert saved_cfg.experiment_name == cfg.experiment_name
+
+    resumed_cfg = cfg.copy()
+    resumed_cfg.out_dir, resumed_cfg.ckpt_path = str(tmp_path / "resumed"), str(old)
+    resumed_cfg.trainer.max_epochs = summary["epochs"] + 2
+    resumed = train(resumed_cfg)
+    assert resumed["resumed_from"] == str(old)
+    assert resumed["global_step"] > summary["global_step"] and resumed["epochs"] == summary["epochs"] + 2
 
 
 def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):

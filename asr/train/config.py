@@ -1,0 +1,63 @@
+"""The training config groups the LightningModule reads, as typed objects.
+
+Each field is named exactly as its YAML key, so a value keeps one name from
+``conf/`` through ``AsrLightningModule`` into the checkpoint's hyper-parameters:
+``optim.scheduler`` -> :class:`SchedulerConfig`, ``streaming`` -> :class:`StreamingConfig`,
+``debug`` -> :class:`DebugConfig`. Build them with :func:`from_group`, which names the
+valid keys when a group has one the code does not know (a typo would otherwise be
+silently ignored or fail deep inside a run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+GroupConfig = TypeVar("GroupConfig")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """``optim.scheduler``: see ``asr.train.schedule.WarmupSchedule``; ``total_steps=None``
+    uses the trainer's ``estimated_stepping_batches``."""
+
+    kind: str = "noam"
+    warmup_steps: int = 25000
+    total_steps: int | None = None
+    min_lr_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    """``streaming``: dynamic chunk training (``asr.train.chunks.DynamicChunkSampler``) and
+    the streaming setting whose greedy CTC WER is validated beside the full-context one
+    (``val_chunk_size=0`` disables it)."""
+
+    p_full: float = 0.5
+    max_chunk: int = 25
+    max_left: int = 8
+    p_unlimited_left: float = 0.5
+    val_chunk_size: int = 16
+    val_left_chunks: int = -1
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    """``debug``: test hook forcing a NaN loss on one rank at one global step (-1: off)."""
+
+    nan_on_rank: int = -1
+    nan_at_step: int = -1
+
+
+def from_group(cls: type[GroupConfig], group: Mapping[str, Any] | None) -> GroupConfig:
+    """``cls(**group)``, with a ValueError naming the valid keys when ``group`` has others.
+
+    ``group`` is a plain mapping or an OmegaConf node (``None``: the defaults).
+    """
+    values = dict(group or {})
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {unknown}; valid keys are {valid}.")
+    return cls(**values)
