@@ -10,7 +10,7 @@ run appends to the same file.
 
 from __future__ import annotations
 
-import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,9 @@ from typing import Any
 import lightning.pytorch as pl
 
 STEP_TIMES_NAME = "step_times.csv"
+# What the timer writes, and nothing shorter: a line cut off mid-write ("6,0.",
+# "6,0.12", "6") never matches, where float() would read it as a shorter time.
+_LINE = re.compile(r"(\d+),(\d+\.\d{6})")
 
 
 class StepTimer(pl.Callback):
@@ -37,6 +40,11 @@ class StepTimer(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._path = Path(trainer.default_root_dir) / STEP_TIMES_NAME
+        if trainer.is_global_zero and self._path.is_file() and not self._path.read_bytes().endswith(b"\n"):
+            # a killed run left a partial last line: end it, or this run's first line would be
+            # glued onto it ("6" + "7,0.5..." reads as step 67)
+            with self._path.open("a") as handle:
+                handle.write("\n")
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         self._start = time.perf_counter()
@@ -71,21 +79,17 @@ def read_step_stats(run_dir: Path, skip_first: int = 3) -> tuple[float | None, i
 
     The first ``skip_first`` steps of the file are left out of the mean (allocator
     and kernel warm-up); all steps are used when there are no more than that.
-    Returns ``(None, None)`` when the file is missing or empty.
+    Lines not in the timer's exact format (cut off mid-write) are skipped.
+    Returns ``(None, None)`` when the file is missing or holds no complete line.
     """
     path = Path(run_dir) / STEP_TIMES_NAME
     if not path.is_file():
         return None, None
     steps, times = [], []
     for line in path.read_text().splitlines():
-        try:
-            step_text, seconds_text = line.split(",")
-            step, seconds = int(step_text), float(seconds_text)
-        except ValueError:
-            continue  # a line cut by a crash mid-write
-        if math.isfinite(seconds):
-            steps.append(step)
-            times.append(seconds)
+        if match := _LINE.fullmatch(line):
+            steps.append(int(match[1]))
+            times.append(float(match[2]))
     if not times:
         return None, None
     kept = times[skip_first:] if len(times) > skip_first else times

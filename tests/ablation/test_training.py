@@ -49,38 +49,6 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
     assert "timeout" in outcome.error_line()
 
 
-def test_step_timer_records_every_step(tmp_path: Path) -> None:
-    import lightning.pytorch as pl
-    import torch
-
-    from asr.ablation.step_timer import StepTimer, read_step_stats
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.lin(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=2)
-    trainer = pl.Trainer(
-        max_steps=7, default_root_dir=tmp_path, callbacks=[StepTimer(flush_every=3)], logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )
-    trainer.fit(Tiny(), data)
-    lines = (tmp_path / "step_times.csv").read_text().splitlines()
-    assert [int(line.split(",")[0]) for line in lines] == list(range(1, 8))
-    mean, steps = read_step_stats(tmp_path)
-    assert steps == 7 and 0 < mean < 1.0
-    (tmp_path / "step_times.csv").write_text("1,0.5\n2,0.5\n3,0.5\n4,2.0\n5,4.0\n6,0.")
-    assert read_step_stats(tmp_path) == (2.0, 6)  # first 3 skipped; '6,0.' parses as 0.0 -> mean of 2,4,0
-    assert read_step_stats(tmp_path / "missing") == (None, None)
-
-
 def test_sigterm_to_the_runner_stops_the_training_group(tmp_path: Path) -> None:
     import signal
     import subprocess
