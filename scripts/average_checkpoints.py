@@ -3,11 +3,13 @@
 Usage:
     python scripts/average_checkpoints.py exp/quickstart_rel_xl --num 3
     python scripts/average_checkpoints.py exp/quickstart_rel_xl --num 5 --out avg5.ckpt
-    python scripts/average_checkpoints.py --ckpts a.ckpt b.ckpt c.ckpt --out avg.ckpt
+    python scripts/average_checkpoints.py --checkpoint a.ckpt b.ckpt c.ckpt --out avg.ckpt
 
 The top-k come from the ModelCheckpoint records (monitored validation WER) stored in
 <run_dir>/checkpoints/last.ckpt. The output (default <run_dir>/checkpoints/avg<k>.ckpt)
 loads with asr.train.checkpoint.load_model, like any training checkpoint.
+--checkpoint is the flag every script that takes a checkpoint uses; it may be repeated,
+and --ckpts is its former name.
 """
 
 import argparse
@@ -23,20 +25,21 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", help="training run folder (holds checkpoints/last.ckpt)")
     parser.add_argument("--num", type=int, default=5, help="how many best checkpoints to average")
-    parser.add_argument("--ckpts", nargs="+", help="explicit checkpoints instead of a run's top-k")
+    parser.add_argument("--checkpoint", "--ckpts", dest="checkpoints", action="extend", nargs="+", metavar="PATH",
+                        help="explicit checkpoints instead of a run's top-k")
     parser.add_argument("--out", help="output checkpoint path")
     args = parser.parse_args(argv)
-    if args.ckpts:
-        paths = [Path(p) for p in args.ckpts]
+    if args.checkpoints:
+        paths = [Path(p) for p in args.checkpoints]
         if not args.out:
-            parser.error("--out is required with --ckpts")
+            parser.error("--out is required with --checkpoint")
     elif args.run_dir:
         ranked = top_k_checkpoints(args.run_dir, args.num)
         for path, score in ranked:
             print(f"  {score:.4f}  {path}")
         paths = [p for p, _ in ranked]
     else:
-        parser.error("give a run_dir or --ckpts")
+        parser.error("give a run_dir or --checkpoint")
     out = Path(args.out) if args.out else Path(args.run_dir) / "checkpoints" / f"avg{len(paths)}.ckpt"
     write_averaged_checkpoint(paths, out)
     print(f"averaged {len(paths)} checkpoints -> {out}")

@@ -95,17 +95,30 @@ def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):
             assert torch.allclose(v, (a[k] + b[k]) / 2, atol=1e-6)
 
 
-def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, capsys):
+def average_script():
     import importlib.util
 
-    cfg, summary, out = trained
     spec = importlib.util.spec_from_file_location("avg_script", CONF.parent / "scripts" / "average_checkpoints.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    written = script.main([str(out), "--num", "2", "--out", str(tmp_path / "avg2.ckpt")])
+    return script
+
+
+def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, capsys):
+    cfg, summary, out = trained
+    written = average_script().main([str(out), "--num", "2", "--out", str(tmp_path / "avg2.ckpt")])
     assert written == tmp_path / "avg2.ckpt" and "averaged 2 checkpoints" in capsys.readouterr().out
     model, tokenizer, saved_cfg = load_model(written)
     assert saved_cfg.experiment_name == cfg.experiment_name and tokenizer.vocab_size == model.vocab_size
+
+
+@pytest.mark.parametrize("flags", [["--checkpoint", "A", "B"], ["--checkpoint", "A", "--checkpoint", "B"],
+                                   ["--ckpts", "A", "B"]])
+def test_average_checkpoints_script_takes_explicit_checkpoints(trained, tmp_path, flags):
+    cfg, summary, out = trained
+    paths = {"A": str(out / "checkpoints" / "last.ckpt"), "B": str(top_k_checkpoints(out, 1)[0][0])}
+    written = average_script().main([paths.get(f, f) for f in flags] + ["--out", str(tmp_path / "avg.ckpt")])
+    assert torch.load(written, weights_only=False)["averaged_from"] == [paths["A"], paths["B"]]
 
 
 def test_resume_flag_picks_last_checkpoint(tmp_path):
