@@ -13,9 +13,10 @@ Two paths: ``forward`` (whole prefixes, training and the reference) and
 and values and cross-attention keys/values computed once), used by beam
 search so that a step costs O(U) instead of re-running the O(U^2) prefix.
 
-Masks are boolean with True = "may attend" and go straight to
-``scaled_dot_product_attention``: a bool mask keeps the fused CPU kernels
-(a float mask would not) and there is no positional bias to add here.
+Attention is the encoder's :class:`~asr.model.attention.MultiHeadAttention`
+without a position scheme: its scorer is the position-free SDPA path, and masks
+are bool with True = "may attend" (a bool mask keeps the fused CPU kernels).
+Token positions are the shared sinusoid table, added once at the input.
 """
 
 from __future__ import annotations
@@ -24,76 +25,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-def sinusoid_table(length: int, d_model: int, device=None, dtype=None, offset: int = 0) -> torch.Tensor:
-    """Transformer sinusoid table for absolute positions offset .. offset+length-1.
-
-    Computed for the positions asked, so there is no max_len to run past.
-
-    Returns:
-        (length, d_model) table: even columns sin, odd columns cos.
-    """
-    if d_model % 2 != 0:
-        raise ValueError(f"d_model ({d_model}) must be even for the sinusoid table.")
-    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)[:, None]  # (U, 1)
-    inv_freq = torch.exp(
-        torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-    )  # (D/2,)
-    table = torch.zeros(length, d_model, device=device, dtype=torch.float32)
-    table[:, 0::2] = torch.sin(pos * inv_freq)
-    table[:, 1::2] = torch.cos(pos * inv_freq)
-    return table.to(dtype or torch.float32)
-
-
-def length_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
-    """(B,) lengths -> (B, max_len) bool, True at valid positions."""
-    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
-
-
-class MultiHeadAttention(nn.Module):
-    """Plain multi-head attention (no positional term) over a bool mask."""
-
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        if d_model % num_heads != 0:
-            raise ValueError(f"d_model ({d_model}) is not a multiple of num_heads ({num_heads}).")
-        self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
-        self.dropout = dropout
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_out = nn.Linear(d_model, d_model)
-
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
-
-    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory (B, K, D) -> keys, values (B, H, K, Dh) each."""
-        return self._split(self.w_k(memory)), self._split(self.w_v(memory))
-
-    def attend(
-        self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        """query (B, U, D) over projected k, v (B, H, K, Dh) -> (B, U, D).
-
-        Args:
-            mask: bool, broadcastable to (B, H, U, K); True = may attend; None = all.
-                Every query row must allow at least one key (a fully masked row is NaN).
-        """
-        B, U, D = query.shape
-        q = self._split(self.w_q(query))  # (B, H, U, Dh)
-        p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, U, Dh)
-        return self.w_out(out.transpose(1, 2).reshape(B, U, D))
-
-    def forward(self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Attend from query (B, U, D) to memory (B, K, D) -> (B, U, D)."""
-        return self.attend(query, *self.project_kv(memory), mask)
+from asr.model.attention import MultiHeadAttention
+from asr.model.masks import padding_mask
+from asr.model.sinusoid import absolute_sinusoids
 
 
 class DecoderLayer(nn.Module):
@@ -102,9 +38,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float) -> None:
         super().__init__()
         self.norm_self = nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm_cross = nn.LayerNorm(d_model)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
         self.ffn = nn.Sequential(
             nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model)
@@ -114,10 +50,11 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, self_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor
     ) -> torch.Tensor:
-        """x (B, U, D), self_mask (B, 1, U, U), memory (B, T', D), memory_mask (B, 1, 1, T') -> (B, U, D)."""
-        h = self.norm_self(x)
-        x = x + self.dropout(self.self_attn(h, h, self_mask))
-        x = x + self.dropout(self.cross_attn(self.norm_cross(x), memory, memory_mask))
+        """x (B, U, D), self_mask (B, U, U), memory (B, T', D), memory_mask (B, 1, T') -> (B, U, D)."""
+        attended, _ = self.self_attn(self.norm_self(x), self_mask)
+        x = x + self.dropout(attended)
+        memory_kv = self.cross_attn.memory_kv(memory)  # (B, H, T', Dh) each
+        x = x + self.dropout(self.cross_attn.cross(self.norm_cross(x), memory_kv, memory_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
     def step(
@@ -128,17 +65,15 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """One new position x (N, 1, D) given the cached self-attention k, v (N, H, u, Dh) of
-        the earlier positions; returns (N, 1, D) and the k, v extended to u + 1."""
-        h = self.norm_self(x)
-        k, v = self.self_attn.project_kv(h)  # (N, H, 1, Dh)
-        if self_kv is not None:
-            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
+        the earlier positions, cross_kv (1|N, H, T', Dh) and memory_mask (1|N, 1, T');
+        returns (N, 1, D) and the k, v extended to u + 1."""
         # The new position is the last one: it may see every cached key, so no mask.
-        x = x + self.self_attn.attend(h, k, v, None)
+        attended, kv = self.self_attn(self.norm_self(x), None, self_kv)
+        x = x + attended
         N = x.shape[0]
-        cross_k, cross_v = (t.expand(N, -1, -1, -1) for t in cross_kv)  # (N, H, T', Dh) views
-        x = x + self.cross_attn.attend(self.norm_cross(x), cross_k, cross_v, memory_mask)
-        return x + self.ffn(self.norm_ffn(x)), (k, v)
+        cross_kv = tuple(t.expand(N, -1, -1, -1) for t in cross_kv)  # (N, H, T', Dh) views
+        x = x + self.cross_attn.cross(self.norm_cross(x), cross_kv, memory_mask.expand(N, -1, -1))
+        return x + self.ffn(self.norm_ffn(x)), kv
 
 
 @dataclass
@@ -147,7 +82,7 @@ class DecoderState:
 
     self_kv: per layer, keys/values (N, H, u, Dh) of the u tokens fed so far (None before the first).
     cross_kv: per layer, memory keys/values (1 or N, H, T', Dh), computed once.
-    memory_mask: (1 or N, 1, 1, T') bool.
+    memory_mask: (1 or N, 1, T') bool.
     length: u, tokens fed so far (the next token's position).
     """
 
@@ -212,7 +147,7 @@ class TransformerDecoder(nn.Module):
             memory: (B, T', D) encoder output.
             memory_lens: (B,) valid encoder frames per row. A row with 0 frames
                 (audio too short for the subsampling; the data module filters
-                these) attends to frame 0 so its output stays finite, not NaN.
+                these) gets a zero cross-attention context, so it stays finite.
             tokens: (B, U) decoder input ids starting with <sos>; padding must be a
                 valid id (it is masked out as a key, and its outputs are junk).
             token_lens: (B,) valid tokens per row; None = all U valid.
@@ -225,14 +160,14 @@ class TransformerDecoder(nn.Module):
         device = tokens.device
         causal = torch.ones(U, U, dtype=torch.bool, device=device).tril()  # (U, U)
         if token_lens is None:
-            self_mask = causal[None, None]  # (1, 1, U, U)
+            self_mask = causal.expand(B, U, U)
         else:
             # Key padding on top of causality; row u still sees key 0 (<sos>), so no row is empty.
-            self_mask = (causal[None] & length_mask(token_lens, U)[:, None, :])[:, None]  # (B, 1, U, U)
-        memory_mask = length_mask(memory_lens.clamp(min=1), memory.shape[1])[:, None, None, :]  # (B, 1, 1, T')
+            self_mask = causal[None] & padding_mask(token_lens, U)[:, None, :]  # (B, U, U)
+        memory_mask = padding_mask(memory_lens, memory.shape[1])[:, None, :]  # (B, 1, T')
 
         x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, U, D)
-        x = x + sinusoid_table(U, self.d_model, device=device, dtype=x.dtype)[None]
+        x = x + absolute_sinusoids(0, U, self.d_model, x)  # (U, D) broadcast over B
         x = self.embed_dropout(x)
         for layer in self.layers:
             x = layer(x, self_mask, memory, memory_mask)
@@ -244,8 +179,8 @@ class TransformerDecoder(nn.Module):
         Pass B = 1 to share one utterance's memory between all hypotheses: the
         cross-attention keys/values then broadcast over any number of rows.
         """
-        memory_mask = length_mask(memory_lens.clamp(min=1), memory.shape[1])[:, None, None, :]  # (B, 1, 1, T')
-        cross = [layer.cross_attn.project_kv(memory) for layer in self.layers]
+        memory_mask = padding_mask(memory_lens, memory.shape[1])[:, None, :]  # (B, 1, T')
+        cross = [layer.cross_attn.memory_kv(memory) for layer in self.layers]
         return DecoderState([None] * len(self.layers), cross, memory_mask)
 
     def step(self, tokens: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
@@ -259,7 +194,7 @@ class TransformerDecoder(nn.Module):
         if self.training:
             raise ValueError("step() is for decoding: call .eval() first (it applies no dropout).")
         x = self.embed(tokens[:, None]) * math.sqrt(self.d_model)  # (N, 1, D)
-        x = x + sinusoid_table(1, self.d_model, device=tokens.device, dtype=x.dtype, offset=state.length)
+        x = x + absolute_sinusoids(state.length, 1, self.d_model, x)  # (1, D)
         new_kv = []
         for layer, kv, cross in zip(self.layers, state.self_kv, state.cross_kv):
             x, kv = layer.step(x, kv, cross, state.memory_mask)

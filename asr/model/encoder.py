@@ -33,7 +33,7 @@ class ConformerEncoder(nn.Module):
         pos_enc: position scheme name, one of ``POSITION_SCHEMES``.
         input_dim: F.
         d_model: D.
-        num_heads: H (divides D).
+        num_heads: H (divides D; checked by the position scheme).
         num_layers: number of Conformer blocks.
         ffn_dim: feed-forward hidden size.
         conv_kernel: depthwise kernel of the conv module.
@@ -64,8 +64,6 @@ class ConformerEncoder(nn.Module):
         super().__init__()
         if input_dim < 1 or d_model < 1 or ffn_dim < 1:
             raise ValueError(f"input_dim ({input_dim}), d_model ({d_model}) and ffn_dim ({ffn_dim}) must be >= 1.")
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model ({d_model}) is not a multiple of num_heads ({num_heads}).")
         if num_layers < 1:
             raise ValueError(f"num_layers ({num_layers}) must be >= 1.")
         if not 0.0 <= dropout < 1.0:

@@ -1,12 +1,14 @@
 """Boolean attention masks: key padding and chunk (streaming) masks.
 
-Axis letters (DESIGN.md section 3): B batch, T' encoder frames, C chunk size in
-encoder frames. Every mask here is bool with True = "may attend".
+Axis letters: B batch, T' encoder frames, C chunk size in encoder frames.
+Every mask here is bool with True = "may attend".
 
 Chunks are aligned at encoder time 0: frame t belongs to chunk ``t // C``. A
 query in chunk c sees keys in chunks ``[c - left_chunks, c]`` (all earlier
 chunks when ``left_chunks == -1``), which is exactly what the streaming
-encoder sees with a K/V cache of ``left_chunks * C`` frames.
+encoder (``ConformerEncoder.stream_step`` in ``asr/model/encoder.py``) sees with
+a K/V cache of ``left_chunks * C`` frames; ``tests/streaming/test_stream_exact.py``
+checks that the two agree.
 """
 
 from __future__ import annotations

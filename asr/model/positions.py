@@ -32,7 +32,9 @@ from asr.model.scorers import (
     RopeScorer,
     ShawScorer,
 )
-from asr.model.scorers.base import sinusoid_table
+from asr.model.scorers.base import check_max_distance, per_head_dim
+from asr.model.scorers.rope import check_rope_args
+from asr.model.sinusoid import absolute_sinusoids
 
 POSITION_SCHEMES = ("rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none")
 
@@ -52,10 +54,7 @@ class PositionScheme(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__()
-        if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})."
-            )
+        per_head_dim(d_model, num_heads)
         self.d_model = d_model
         self.num_heads = num_heads
 
@@ -93,12 +92,7 @@ class SinusoidalPositions(PositionScheme):
 
     def embed_input(self, x: Tensor, start_time: int) -> Tensor:
         super().embed_input(x, start_time)
-        times = torch.arange(
-            start_time, start_time + x.size(1), device=x.device, dtype=torch.float64
-        )
-        # float64 angles: fp32 loses the fast frequencies' phase at large stream times.
-        table = sinusoid_table(times, x.size(-1)).to(x.dtype)  # (T', D)
-        return x + table
+        return x + absolute_sinusoids(start_time, x.size(1), x.size(-1), x)  # (T', D) table
 
 
 class LearnedPositions(PositionScheme):
@@ -148,8 +142,7 @@ class _ClippedDistancePositions(PositionScheme):
 
     def __init__(self, d_model: int, num_heads: int, max_distance: int = 16) -> None:
         super().__init__(d_model, num_heads)
-        if max_distance < 0:
-            raise ValueError(f"{self.name} max_distance ({max_distance}) must be >= 0.")
+        check_max_distance(self.name, max_distance)
         self.max_distance = max_distance
 
     def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
@@ -181,13 +174,7 @@ class RotaryPositions(PositionScheme):
 
     def __init__(self, d_model: int, num_heads: int, base: float = 10000.0) -> None:
         super().__init__(d_model, num_heads)
-        if (d_model // num_heads) % 2 != 0:
-            raise ValueError(
-                f"rope needs an even head dim, got d_model ({d_model}) / num_heads ({num_heads})"
-                f" = {d_model // num_heads}."
-            )
-        if not base > 1.0:
-            raise ValueError(f"rope base ({base}) must be > 1.")
+        check_rope_args(d_model // num_heads, base)
         self.base = float(base)
 
     def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
@@ -257,5 +244,4 @@ __all__ = [
     "PositionScheme",
     "build_position_scheme",
     "scheme_options",
-    "sinusoid_table",
 ]

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from asr.model.scorers.band import BandExpand, band_expand, band_sums
-from asr.model.scorers.base import clipped_distance_index
+from asr.model.scorers.band import BandExpand, band_expand, band_sums, clipped_distance_index
 
 SHAPES = [(5, 5, 2), (3, 9, 2), (1, 7, 3), (6, 6, 0), (4, 4, 9), (2, 12, 1), (8, 8, 7), (70, 70, 16), (40, 90, 16)]  # (C, K, k)
 

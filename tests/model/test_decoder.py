@@ -1,11 +1,12 @@
-"""Attention decoder: causality, padding invariance, sinusoid table."""
+"""Attention decoder: causality, padding invariance, incremental steps, old checkpoints."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from asr.model.decoder import TransformerDecoder, sinusoid_table
+from asr.model.decoder import TransformerDecoder
 
 V, D = 9, 32
 
@@ -13,16 +14,6 @@ V, D = 9, 32
 def make_decoder(seed: int = 0) -> TransformerDecoder:
     torch.manual_seed(seed)
     return TransformerDecoder(V, D, num_heads=4, ffn_dim=64, num_layers=2, dropout=0.0).eval()
-
-
-def test_sinusoid_table_values():
-    table = sinusoid_table(5, 8)
-    assert table.shape == (5, 8)
-    # Column pair 2i uses frequency 10000^(-2i/D).
-    assert torch.allclose(table[3, 0], torch.tensor(math.sin(3.0)))
-    assert torch.allclose(table[3, 1], torch.tensor(math.cos(3.0)))
-    assert torch.allclose(table[4, 2], torch.tensor(math.sin(4.0 / 10000 ** (2 / 8))))
-    assert torch.equal(sinusoid_table(2, 8, offset=3), table[3:5])
 
 
 def test_causal_changing_a_later_token_leaves_earlier_outputs():
@@ -97,3 +88,40 @@ def test_step_refuses_training_mode():
     dec = make_decoder().train()
     with pytest.raises(ValueError, match="eval"):
         dec.step(torch.tensor([8]), dec.init_state(torch.randn(1, 3, D), torch.tensor([3])))
+
+
+def to_old_layout(state: dict) -> dict:
+    """The state dict as decoders wrote it before they shared the encoder's
+    MultiHeadAttention: separate w_q, w_k, w_v and w_out linears per attention."""
+    old = {}
+    for key, value in state.items():
+        if ".in_proj." in key:
+            prefix, kind = key.split("in_proj.")
+            for name, part in zip("qkv", value.chunk(3)):
+                old[f"{prefix}w_{name}.{kind}"] = part.clone()
+        else:
+            old[key.replace(".out_proj.", ".w_out.")] = value.clone()
+    return old
+
+
+def test_old_layout_checkpoint_loads_with_identical_outputs():
+    dec = make_decoder(5)
+    old = to_old_layout(dec.state_dict())
+    assert "layers.1.cross_attn.w_v.bias" in old and not any("in_proj" in key for key in old)
+    fresh = make_decoder(6)
+    fresh.load_state_dict(old)  # strict: every old key is used, none missing
+    # Fewer memory frames (2) than tokens (3): cross-attention keys need not outnumber queries.
+    memory, lens, tokens = torch.randn(2, 2, D), torch.tensor([2, 1]), torch.tensor([[8, 1, 2], [8, 3, 3]])
+    assert torch.equal(fresh(memory, lens, tokens), dec(memory, lens, tokens))
+    # The old names meant q = x w_q, k = m w_k, v = m w_v, heads merged through w_out.
+    attn = fresh.layers[0].cross_attn
+    w = {n: (old[f"layers.0.cross_attn.w_{n}.weight"], old[f"layers.0.cross_attn.w_{n}.bias"]) for n in ("q", "k", "v", "out")}
+    x, m = torch.randn(2, 3, D), torch.randn(2, 5, D)
+
+    def heads(t):
+        return t.view(2, -1, 4, D // 4).transpose(1, 2)  # (B, H, L, Dh)
+
+    q, k, v = heads(F.linear(x, *w["q"])), heads(F.linear(m, *w["k"])), heads(F.linear(m, *w["v"]))
+    mixed = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // 4), dim=-1) @ v  # (B, H, 3, Dh)
+    expected = F.linear(mixed.transpose(1, 2).reshape(2, 3, D), *w["out"])
+    torch.testing.assert_close(attn.cross(x, attn.memory_kv(m), None), expected)

@@ -5,12 +5,8 @@ import math
 import pytest
 import torch
 
-from asr.model.positions import (
-    POSITION_SCHEMES,
-    build_position_scheme,
-    scheme_options,
-    sinusoid_table,
-)
+from asr.model.positions import POSITION_SCHEMES, build_position_scheme, scheme_options
+from asr.model.sinusoid import absolute_sinusoids, sinusoid_table
 
 D, H = 16, 4
 
@@ -79,6 +75,15 @@ def test_sinusoid_table_matches_formula_including_negative_and_odd_dim():
         table = sinusoid_table(positions, dim)
         expected = torch.stack([explicit_sinusoid(p.item(), dim) for p in positions])
         torch.testing.assert_close(table, expected, rtol=0, atol=1e-12)
+
+
+def test_absolute_sinusoids_keep_float64_angles_for_a_float32_caller():
+    """At position 10^6 float32 angles are off by ~0.03 rad; float64 angles cast once are not."""
+    like = torch.zeros(1, dtype=torch.float32)
+    rows = absolute_sinusoids(10**6 - 1, 2, 8, like)
+    expected = torch.stack([explicit_sinusoid(10.0**6 - 1 + t, 8) for t in range(2)])
+    assert rows.dtype == torch.float32
+    torch.testing.assert_close(rows.double(), expected, rtol=0, atol=1e-6)
 
 
 def test_abs_sin_adds_table_at_absolute_time():

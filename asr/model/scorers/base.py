@@ -1,13 +1,13 @@
 """The scorer interface, its mask handling, and the plain (position-free) scorer.
 
 Axis legend: B batch, H heads, C queries, K = M + C keys (M cached frames),
-Dh head dim. Queries are always the LAST C of the K keys, so a cache needs no
-special case: query a sits at local time M + a, key b at local time b.
+Dh head dim. For every scorer with a position term the queries are the LAST C
+of the K keys, so a cache needs no special case: query a sits at local time
+M + a, key b at local time b.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -15,27 +15,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
-from asr.model.scorers.band import clipped_distance_index  # noqa: F401  (re-exported: rel_bias, tests)
 
 
-def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
-    """Transformer sinusoid at arbitrary (possibly negative) positions.
+def per_head_dim(d_model: int, num_heads: int) -> int:
+    """Dh = D / H, the one place a model size is checked against its head count."""
+    if d_model <= 0 or num_heads <= 0 or d_model % num_heads != 0:
+        raise ValueError(f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads}).")
+    return d_model // num_heads
 
-    Args:
-        positions: (N,) float positions.
-        dim: embedding size; channel 2m holds sin(p w_m), 2m+1 cos(p w_m),
-            w_m = 10000^(-2m/dim).
-    Returns:
-        (N, dim) table in ``positions.dtype``.
-    """
-    half = (dim + 1) // 2
-    inv_freq = torch.exp(
-        torch.arange(half, device=positions.device, dtype=positions.dtype)
-        * (-2.0 * math.log(10000.0) / dim)
-    )
-    angles = positions[:, None] * inv_freq  # (N, half)
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (N, half, 2)
-    return table.flatten(1)[:, :dim]  # (N, dim)
+
+def check_max_distance(scheme: str, max_distance: int) -> None:
+    """The clipped-distance schemes' (shaw, rel_bias) bound k must be >= 0."""
+    if max_distance < 0:
+        raise ValueError(f"{scheme} max_distance ({max_distance}) must be >= 0.")
 
 
 def prepare_mask(
@@ -67,17 +59,21 @@ def prepare_mask(
     return mask.unsqueeze(1), row_valid.unsqueeze(1)  # (B,1,C|1,K), (B,1,C|1,1)
 
 
-def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
-    """Check scorer inputs; returns (B, H, C, K, Dh)."""
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, queries_last: bool = True) -> tuple[int, int, int, int, int]:
+    """Check scorer inputs; returns (B, H, C, K, Dh).
+
+    ``queries_last``: the C queries are the last C of the K keys, so K >= C (every
+    scorer with a position term; cross-attention has no such relation).
+    """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             f"q, k, v must be (B, H, *, Dh); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
         )
     b, h, c, dh = q.shape
     kk = k.size(2)
-    if k.shape != (b, h, kk, dh) or v.shape != k.shape or kk < c:
+    if k.shape != (b, h, kk, dh) or v.shape != k.shape or (queries_last and kk < c):
         raise ValueError(
-            f"need q (B,H,C,Dh), k and v (B,H,K,Dh) with K >= C; got q {tuple(q.shape)}, "
+            f"need q (B,H,C,Dh), k and v (B,H,K,Dh){' with K >= C' if queries_last else ''}; got q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}, v {tuple(v.shape)}."
         )
     return b, h, c, kk, dh
@@ -93,6 +89,9 @@ class AttentionScorer(nn.Module):
         head_dim: Dh; logits are scaled by 1/sqrt(Dh).
         dropout: dropout on the attention probabilities, training only.
     """
+
+    # Queries are the last C of the K keys (K >= C); checked by ``check_qkv``.
+    queries_last = True
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -129,15 +128,20 @@ class AttentionScorer(nn.Module):
 
 
 class PlainScorer(AttentionScorer):
-    """Scaled dot-product attention with no positional term (abs_sin, abs_learned, none).
+    """Scaled dot-product attention with no positional term (abs_sin, abs_learned, none,
+    and the decoder's self- and cross-attention).
 
     Fast path: ``F.scaled_dot_product_attention`` with a bool mask (the mask carries
-    no gradient, so SDPA keeps its fused kernel). The inherited ``logits`` /
-    :meth:`reference` path is the oracle.
+    no gradient, so SDPA keeps its fused kernel; a float mask would fall to the
+    slow math kernel on CPU). The inherited ``logits`` / :meth:`reference` path is
+    the oracle. Without a position term the keys need not end at the queries, so
+    K < C (cross-attention to a short memory) is allowed.
     """
 
+    queries_last = False
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
-        b, _, c, kk, _ = check_qkv(q, k, v)
+        b, _, c, kk, _ = check_qkv(q, k, v, self.queries_last)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask4, dropout_p=self.dropout if self.training else 0.0,
@@ -147,10 +151,28 @@ class PlainScorer(AttentionScorer):
 
     def reference(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         """Explicit softmax path without dropout; the oracle for :meth:`forward`."""
-        b, _, c, kk, _ = check_qkv(q, k, v)
+        b, _, c, kk, _ = check_qkv(q, k, v, self.queries_last)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits = AttentionScorer.logits(self, q, k)
         if mask4 is not None:
             logits = logits.masked_fill(~mask4, float("-inf"))
         out = torch.matmul(torch.softmax(logits, dim=-1), v)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
+
+
+class ClippedDistanceScorer(AttentionScorer):
+    """Base of the scorers with learned tables over clip(j - i, -k, k) (shaw, rel_bias).
+
+    Args:
+        max_distance: k; distances beyond +-k share the edge rows.
+    """
+
+    scheme = ""  # the position scheme's name, for error messages
+
+    def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
+        super().__init__(num_heads, head_dim, dropout)
+        check_max_distance(self.scheme, max_distance)
+        self.max_distance = max_distance
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_distance={self.max_distance}"

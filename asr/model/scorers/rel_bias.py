@@ -8,17 +8,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from asr.model.scorers.base import AttentionScorer, clipped_distance_index
+from asr.model.scorers.band import clipped_distance_index
+from asr.model.scorers.base import ClippedDistanceScorer
 
 
-class RelBiasScorer(AttentionScorer):
-    """Relative-bias scorer for one layer: ``rel_bias`` table (H, 2k+1)."""
+class RelBiasScorer(ClippedDistanceScorer):
+    """Relative-bias scorer for one layer: ``rel_bias`` table (H, 2k+1), k = max_distance."""
+
+    scheme = "rel_bias"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
-        super().__init__(num_heads, head_dim, dropout)
-        if max_distance < 0:
-            raise ValueError(f"rel_bias max_distance ({max_distance}) must be >= 0.")
-        self.max_distance = max_distance
+        super().__init__(num_heads, head_dim, dropout, max_distance)
         self.rel_bias = nn.Parameter(torch.empty(num_heads, 2 * max_distance + 1))
         nn.init.normal_(self.rel_bias, std=0.02)
 
@@ -30,6 +30,3 @@ class RelBiasScorer(AttentionScorer):
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
         return logits.add_(self.bias(q.size(2), k.size(2)))
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_distance={self.max_distance}"

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
-from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, sinusoid_table
+from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask
+from asr.model.sinusoid import sinusoid_table
 
 
 def rel_shift(bd_full: Tensor, keys: int) -> Tensor:

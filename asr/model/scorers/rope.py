@@ -16,6 +16,14 @@ from torch import Tensor
 from asr.model.scorers.base import PlainScorer
 
 
+def check_rope_args(head_dim: int, base: float) -> None:
+    """Rotation pairs channel m with m + Dh/2, so Dh must be even; base^(-2m/Dh) must decay."""
+    if head_dim % 2 != 0:
+        raise ValueError(f"rope needs an even head dim (d_model / num_heads), got {head_dim}.")
+    if not base > 1.0:
+        raise ValueError(f"rope base ({base}) must be > 1.")
+
+
 def rope_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """cos and sin (N, Dh/2) of p * base^(-2m/Dh) for positions (N,) float64."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim)
@@ -32,10 +40,11 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class RopeScorer(PlainScorer):
     """Rotary scorer: rotate q and k, then the plain SDPA path (no float bias needed)."""
 
+    queries_last = True  # the rotation puts query a at local time K - C + a
+
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, base: float = 10000.0) -> None:
         super().__init__(num_heads, head_dim, dropout)
-        if head_dim % 2 != 0:
-            raise ValueError(f"rope needs an even head_dim, got {head_dim}.")
+        check_rope_args(head_dim, base)
         self.base = float(base)
 
     def rotate_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

@@ -22,25 +22,16 @@ from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.band import BandExpand
-from asr.model.scorers.base import (
-    AttentionScorer,
-    check_qkv,
-    prepare_mask,
-)
+from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
 
 
-class ShawScorer(AttentionScorer):
-    """Shaw scorer for one layer: ``rel_k``, ``rel_v`` tables (2k+1, Dh).
+class ShawScorer(ClippedDistanceScorer):
+    """Shaw scorer for one layer: ``rel_k``, ``rel_v`` tables (2k+1, Dh), k = max_distance."""
 
-    Args:
-        max_distance: k; distances beyond +-k share the edge rows.
-    """
+    scheme = "shaw"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
-        super().__init__(num_heads, head_dim, dropout)
-        if max_distance < 0:
-            raise ValueError(f"shaw max_distance ({max_distance}) must be >= 0.")
-        self.max_distance = max_distance
+        super().__init__(num_heads, head_dim, dropout, max_distance)
         self.rel_k = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))
         self.rel_v = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))
         nn.init.normal_(self.rel_k, std=head_dim**-0.5)
@@ -69,6 +60,3 @@ class ShawScorer(AttentionScorer):
             logits = mask_before_softmax(logits, mask4.expand(b, h, -1, -1).reshape(b * h, -1, kk))
         out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v)
         return out if row_valid is None else out * row_valid
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_distance={self.max_distance}"
