@@ -17,6 +17,7 @@ import time
 import torch
 
 from asr.data.datamodule import AsrDataModule
+from asr.data.features import FRAME_SHIFT_S
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     if started is None or batches == 0:
         raise SystemExit(f"only {i + 1} batches available; lower --warmup/--batches or --max-duration")
     elapsed = time.perf_counter() - started
-    audio_s = frames * 0.01  # 10 ms frame shift
+    audio_s = frames * FRAME_SHIFT_S
     print(f"{batches} batches ({utts} utts, {audio_s:.0f} s audio) in {elapsed:.2f} s, {args.workers} workers, "
           f"augment={'off' if args.no_augment else 'on'}")
     print(f"throughput: {utts / elapsed:.1f} utts/s  {audio_s / elapsed:.0f} audio s/s "

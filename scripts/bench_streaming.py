@@ -5,9 +5,10 @@ Usage:
     python scripts/bench_streaming.py --schemes rel_xl shaw --seconds 120 --piece-ms 320
     python scripts/bench_streaming.py --hour               # + one hour of rel_xl with RSS sampling
 
-Model: the quickstart encoder (d_model 144, 4 heads, 6 layers, ffn 576, kernel 15,
-subsampling 4, causal) with random weights and a random CTC linear head to a vocab
-of 256. Input: random 80-dim features at 10 ms per frame, fed in pieces of
+Model: the quickstart encoder as ``conf/experiment/quickstart.yaml`` composes it
+(sizes printed in the first line; ``--experiment`` picks another), each scheme with
+its ``conf/pos_enc`` options, random weights and a random CTC linear head to a vocab
+of 256. Input: random features at the fbank frame shift, fed in pieces of
 ``--piece-ms``. Reported per scheme, all measured in this run:
 
 * RTF: streaming wall-clock compute time / audio duration (target <= 0.1), and
@@ -34,13 +35,17 @@ import time
 # with 2 at load 7 on 2 cores). Passive waiting must be set before torch loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from pathlib import Path  # noqa: E402
+
 import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 from torch import nn  # noqa: E402
 
+from asr.data.features import FRAME_SHIFT_S  # noqa: E402
 from asr.model import POSITION_SCHEMES, build_encoder  # noqa: E402
 
-FRAME_SHIFT_S = 0.01
-SCHEME_OPTIONS = {"shaw": {"max_distance": 16}, "rel_bias": {"max_distance": 16}}
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def rss_mib() -> float:
@@ -52,15 +57,20 @@ def rss_mib() -> float:
     return float("nan")
 
 
+def encoder_config(experiment: str, scheme: str) -> dict:
+    """``build_encoder`` kwargs of ``experiment`` with ``scheme`` and its conf/pos_enc options."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={experiment}", f"pos_enc={scheme}"])
+    options = OmegaConf.to_container(cfg.pos_enc, resolve=True)
+    return {**OmegaConf.to_container(cfg.model.encoder, resolve=True), "pos_enc": options.pop("name"), **options}
+
+
 def build(scheme: str, args: argparse.Namespace, audio_s: float) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    options = dict(SCHEME_OPTIONS.get(scheme, {}))
+    kwargs = encoder_config(args.experiment, scheme)
     if scheme == "abs_learned":  # a table just long enough for this audio (it has a hard limit)
-        options["max_len"] = int(audio_s / FRAME_SHIFT_S) // 4 + 1
-    enc = build_encoder(
-        scheme, input_dim=80, d_model=144, num_heads=4, num_layers=6, ffn_dim=576, conv_kernel=15,
-        causal=True, subsampling=4, **options,
-    ).eval()
+        kwargs["max_len"] = int(audio_s / FRAME_SHIFT_S) // kwargs["subsampling"] + 1
+    enc = build_encoder(**kwargs).eval()
     ctc = nn.Linear(enc.output_size, args.vocab).eval()
     return enc, ctc
 
@@ -98,8 +108,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def bench_schemes(args) -> None:
+    model = encoder_config(args.experiment, args.schemes[0])
     frames = round(args.seconds / FRAME_SHIFT_S)
-    feats = torch.randn(1, frames, 80)
+    feats = torch.randn(1, frames, model["input_dim"])
+    sizes = ", ".join(f"{k} {model[k]}" for k in ("d_model", "num_heads", "num_layers", "ffn_dim", "conv_kernel",
+                                                   "subsampling", "subsampling_channels", "causal"))
+    print(f"{args.experiment} encoder: {sizes}")
     print(
         f"streaming C={args.chunk} L={args.left}, {args.seconds:.0f} s audio in {args.piece_ms} ms pieces, "
         f"torch threads={torch.get_num_threads()}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
@@ -135,7 +149,7 @@ def bench_hour(args) -> None:
     busy, fed = 0.0, 0
     with torch.inference_mode():
         while fed < hour_frames:
-            feats = torch.randn(1, piece, 80)  # generated per piece: the stream itself must not grow
+            feats = torch.randn(1, piece, enc.input_dim)  # generated per piece: the stream itself must not grow
             t0 = time.perf_counter()
             out, state = enc.stream_step(feats, state)
             if out.size(1):
@@ -150,6 +164,7 @@ def bench_hour(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schemes", nargs="+", default=list(POSITION_SCHEMES), choices=POSITION_SCHEMES)
+    parser.add_argument("--experiment", default="quickstart", help="conf/experiment whose encoder is measured")
     parser.add_argument("--seconds", type=float, default=60.0, help="audio length per scheme")
     parser.add_argument("--piece-ms", type=int, default=640, help="feature piece fed per stream_step call")
     parser.add_argument("--chunk", type=int, default=16, help="chunk size C in encoder frames")

@@ -14,9 +14,11 @@ Steps (each one reuses what earlier runs left):
     skipped when that run finished;
  3. average the best checkpoints (scripts/average_checkpoints.py);
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
-    at chunk 16 (scripts/decode.py);
+    at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
+    (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance);
  5. stream one test utterance chunk by chunk (scripts/stream.py);
- 6. print a summary table: WER per mode, where checkpoints, logs and results are, time.
+ 6. print a summary table: WER per mode (read from those summary.json files), where
+    checkpoints, logs and results are, time.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int) -> d
     if done.is_file() and json.loads(done.read_text())["ckpt"] == str(ckpt):
         print(f"decode results of {ckpt.name} found in {out_dir}")
         return json.loads(done.read_text())
-    cmd = [PY, "scripts/decode.py", "--ckpt", str(ckpt), "--split", "test", "--modes", modes,
+    cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", "test", "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
     run(cmd, f"decode test ({'full context' if chunk == 0 else f'chunk {chunk}'})")
     return json.loads((out_dir / "summary.json").read_text())
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = [("full context", m, r) for m, r in full["modes"].items()]
     rows += [("chunk 16", m, r) for m, r in stream["modes"].items()]
+    skipped = {ctx: s["skipped_utterances"] for ctx, s in (("full", full), ("chunk 16", stream))
+               if s.get("skipped_utterances")}
     print("\n" + "=" * 72)
     print(f"{'context':<14}{'mode':<22}{'WER %':>8}{'CER %':>8}{'RTF':>8}")
     for ctx, mode, r in rows:
@@ -139,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     print("-" * 72)
     print(f"checkpoint  : {ckpt}")
     print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
-    print(f"results     : {results}")
+    print(f"results     : {results / 'test_full' / 'summary.json'}, {results / 'test_chunk16' / 'summary.json'}")
+    if skipped:
+        print(f"skipped cuts: {skipped}")
     print(f"best dev WER: {'n/a' if wer is None else f'{100 * wer:.2f}%'} after {train_summary['global_step']} steps")
     print(f"train time  : {train_summary['seconds'] / 60:.1f} min; total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)

@@ -9,7 +9,7 @@ Usage:
     python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
 
-Audio may have any sample rate and channel count (resampled to 16 kHz, downmixed).
+Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
 are still processed; the exit code is 1 if any file failed (2 if the checkpoint
 cannot be loaded).
@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-SAMPLE_RATE = 16000
+from asr.data.features import SAMPLE_RATE  # noqa: E402
 
 
 def load_checkpoint(path: str):

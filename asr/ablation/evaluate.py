@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from asr.ablation.results import last_line
-from asr.decode import ErrorCounter, ctc_greedy, decode_batch
+from asr.decode import ctc_greedy
+from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances, load_utterances
 
 # column key -> (decoding mode, split, chunk_size, left_chunks)
 WER_SETTINGS: dict[str, tuple[str, str, int, int]] = {
@@ -47,8 +47,8 @@ RTF_CHUNK, RTF_LEFT = 16, 4
 class EvalConfig:
     """Where the evaluation data is and how much of it to use.
 
-    ``max_utts`` / ``max_long_utts`` keep the first N cuts of a split (manifest
-    order, deterministic); None keeps all. ``batch_seconds`` bounds the audio in
+    ``max_utts`` / ``max_long_utts`` keep the first N usable cuts of a split
+    (manifest order, deterministic; skipped cuts do not count); None keeps all. ``batch_seconds`` bounds the audio in
     one decoding batch; ``rtf_utts`` is how many test utterances the RTF streams.
     """
 
@@ -75,91 +75,6 @@ class EvalConfig:
         if split == "long":
             return Path(self.data_dir) / self.long_cuts, self.max_long_utts
         raise ValueError(f"unknown split {split!r}; valid: test, long")
-
-
-@dataclass
-class Utterance:
-    key: str
-    text: str
-    feats: torch.Tensor  # (T, F)
-    seconds: float
-
-
-def load_split(
-    cuts_path: Path, data_dir: str, max_utts: int | None = None
-) -> tuple[list[Utterance], Counter]:
-    """Features and references of a split's first ``max_utts`` cuts.
-
-    Unreadable audio, empty text or audio too short for one frame is skipped and
-    counted by reason (the returned Counter), never fatal.
-    """
-    from asr.data.audio import AudioError, cut_waveform
-    from asr.data.features import FbankExtractor
-    from asr.data.manifest import read_cuts
-
-    extractor = FbankExtractor()
-    cuts = read_cuts(cuts_path, data_dir)
-    utts: list[Utterance] = []
-    skipped: Counter = Counter()
-    for cut in cuts:
-        if max_utts is not None and len(utts) >= max_utts:
-            break
-        text = " ".join(s.text or "" for s in cut.supervisions).strip()
-        if not text:
-            skipped["empty text"] += 1
-            continue
-        try:
-            audio = cut_waveform(cut)
-        except (AudioError, ValueError, OSError) as err:
-            skipped[f"audio: {type(err).__name__}"] += 1
-            continue
-        if audio.numel() < extractor.min_samples:
-            skipped["too short"] += 1
-            continue
-        utts.append(Utterance(cut.id, text, extractor(audio), audio.numel() / 16000.0))
-    return utts, skipped
-
-
-def batches(utts: Sequence[Utterance], batch_seconds: float) -> Iterator[list[Utterance]]:
-    """Duration-sorted batches (less padding) holding at most ``batch_seconds`` of audio (>= 1 utt)."""
-    ordered = sorted(utts, key=lambda u: u.seconds)
-    batch: list[Utterance] = []
-    total = 0.0
-    for utt in ordered:
-        if batch and total + utt.seconds > batch_seconds:
-            yield batch
-            batch, total = [], 0.0
-        batch.append(utt)
-        total += utt.seconds
-    if batch:
-        yield batch
-
-
-def pad_feats(batch: Sequence[Utterance]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T_max, F) zero-padded features and (B,) lengths."""
-    lens = torch.tensor([u.feats.size(0) for u in batch], dtype=torch.long)
-    feats = torch.nn.utils.rnn.pad_sequence([u.feats for u in batch], batch_first=True)  # (B, T, F)
-    return feats, lens
-
-
-@torch.no_grad()
-def error_rates(
-    model, tokenizer, utts: Sequence[Utterance], mode: str, chunk_size: int, left_chunks: int,
-    beam: int = 10, batch_seconds: float = 120.0, records_path: Path | None = None,
-) -> tuple[float, float]:
-    """(WER, CER) in percent of ``utts`` decoded with ``decode_batch``; per-utterance rows to ``records_path``."""
-    if not utts:
-        raise ValueError("no utterances to score (all skipped or split empty)")
-    counter = ErrorCounter()
-    for batch in batches(utts, batch_seconds):
-        feats, lens = pad_feats(batch)
-        hyps = decode_batch(model, feats, lens, mode, beam=beam, chunk_size=chunk_size, left_chunks=left_chunks)
-        for utt, hyp in zip(batch, hyps):
-            counter.add(utt.text, tokenizer.decode(hyp), key=utt.key)
-    if records_path is not None:
-        records_path.parent.mkdir(parents=True, exist_ok=True)
-        records_path.write_text("".join(json.dumps(r) + "\n" for r in counter.records))
-    return 100.0 * counter.wer, 100.0 * counter.cer
 
 
 @torch.no_grad()
@@ -194,10 +109,14 @@ def streaming_rtf(model, utts: Sequence[Utterance], chunk_size: int, left_chunks
     return busy / sum(u.seconds for u in utts)
 
 
-def evaluate_checkpoint(ckpt: Path, cfg: EvalConfig, out_dir: Path | None = None, log=print) -> tuple[dict, dict]:
-    """All measurements of one checkpoint: ``(metrics, metric_errors)``.
+def evaluate_checkpoint(
+    ckpt: Path, cfg: EvalConfig, out_dir: Path | None = None, log=print
+) -> tuple[dict, dict, dict]:
+    """All measurements of one checkpoint: ``(metrics, metric_errors, eval_data)``.
 
-    ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
+    ``eval_data`` says what each split contributed: ``{split: {cuts, max_utts,
+    utterances, skipped: {reason: count}}}`` (or ``error`` when the split could not
+    be read). ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
     Raises only when the checkpoint itself cannot be loaded.
     """
     from asr.train.checkpoint import load_model, read_checkpoint
@@ -210,37 +129,45 @@ def evaluate_checkpoint(ckpt: Path, cfg: EvalConfig, out_dir: Path | None = None
         "train_steps": float(read_checkpoint(ckpt)["global_step"]),
     }
     errors: dict[str, str] = {}
-    splits: dict[str, list[Utterance]] = {}
+    splits: dict[str, EvalSet] = {}
+    eval_data: dict[str, dict] = {}
     for split in sorted({s for _, s, _, _ in WER_SETTINGS.values()}):
         path, limit = cfg.split_file(split)
+        eval_data[split] = {"cuts": path.name, "max_utts": limit}
         try:
-            splits[split], skipped = load_split(path, cfg.data_dir, limit)
-            if skipped:
-                log(f"[ablate]   {split}: skipped {dict(skipped)}")
+            splits[split] = load_utterances(path, cfg.data_dir, limit)
         except Exception as err:  # noqa: BLE001  (a missing split costs its columns only)
-            splits[split] = []
-            errors[f"split:{split}"] = last_line(err)
+            splits[split] = EvalSet([])
+            errors[f"split:{split}"] = eval_data[split]["error"] = last_line(err)
+            continue
+        skipped = dict(sorted(splits[split].skipped.items()))
+        eval_data[split].update(utterances=len(splits[split].utterances), skipped=skipped)
+        if skipped:
+            log(f"[ablate]   {split}: skipped {skipped}")
     for key, (mode, split, chunk, left) in WER_SETTINGS.items():
-        records = out_dir / f"decode_{key}.jsonl" if out_dir is not None else None
         start = time.perf_counter()
-        rates = _measure(
-            key, errors, lambda: error_rates(
-                model, tokenizer, splits[split], mode, chunk, left, cfg.beam, cfg.batch_seconds, records
-            ), split_error=errors.get(f"split:{split}"),
+        result = _measure(
+            key, errors, lambda: evaluate_utterances(
+                model, tokenizer, splits[split], [mode], chunk, left, beam=cfg.beam, batch_seconds=cfg.batch_seconds,
+            ).modes[mode], split_error=errors.get(f"split:{split}"),
         )
-        metrics[key] = None if rates is None else rates[0]
+        metrics[key] = None if result is None else 100.0 * result.totals["wer"]
         if key in CER_OF:
-            metrics[CER_OF[key]] = None if rates is None else rates[1]
-            if rates is None:
+            metrics[CER_OF[key]] = None if result is None else 100.0 * result.totals["cer"]
+            if result is None:
                 errors[CER_OF[key]] = errors[key]
-        shown = "n/a" if rates is None else f"{rates[0]:.2f}"
-        log(f"[ablate]   {key} = {shown} ({len(splits[split])} utts, {time.perf_counter() - start:.0f} s)")
+        if result is not None and out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"decode_{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result.records))
+        shown = "n/a" if result is None else f"{metrics[key]:.2f}"
+        log(f"[ablate]   {key} = {shown} ({len(splits[split].utterances)} utts, {time.perf_counter() - start:.0f} s)")
     rtf = _measure(
-        "stream_rtf", errors, lambda: streaming_rtf(model, splits["test"][: cfg.rtf_utts], RTF_CHUNK, RTF_LEFT),
+        "stream_rtf", errors,
+        lambda: streaming_rtf(model, splits["test"].utterances[: cfg.rtf_utts], RTF_CHUNK, RTF_LEFT),
         split_error=errors.get("split:test"),
     )
     metrics["stream_rtf"] = None if rtf is None else float(rtf)
-    return metrics, {k: v for k, v in errors.items() if not k.startswith("split:")}
+    return metrics, {k: v for k, v in errors.items() if not k.startswith("split:")}, eval_data
 
 
 def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = None):

@@ -55,6 +55,28 @@ def notes(results: Sequence[SchemeResult]) -> list[str]:
     return lines
 
 
+def describe_split(split: str, info: dict) -> str:
+    """One line on what a split gave the evaluation: which cuts, how many decoded, what was skipped."""
+    if "error" in info:
+        return f"{split}: `{info['cuts']}` could not be read: `{_escape(info['error'])}`"
+    limit = info.get("max_utts")
+    which = f"the first {limit} usable cuts of" if limit else "every usable cut of"
+    skipped = ", ".join(f"{reason} {count}" for reason, count in info.get("skipped", {}).items()) or "none"
+    return f"{split}: {which} `{info['cuts']}`, {info['utterances']} decoded; skipped cuts: {skipped}"
+
+
+def eval_data_lines(results: Sequence[SchemeResult]) -> list[str]:
+    """Bullet lines on the evaluation data of the finished schemes; schemes are named only where they differ."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for result in results:
+        if result.ok and result.eval_data:
+            lines = tuple(describe_split(split, info) for split, info in sorted(result.eval_data.items()))
+            groups.setdefault(lines, []).append(result.scheme)
+    if len(groups) == 1:
+        return [f"- {line}" for line in next(iter(groups))]
+    return [f"- {', '.join(f'`{s}`' for s in schemes)}: {'; '.join(lines)}" for lines, schemes in groups.items()]
+
+
 def render_report(
     results: Sequence[SchemeResult],
     settings: dict[str, Any],
@@ -76,6 +98,9 @@ def render_report(
         "stream RTF is encoder `stream_step` + CTC time over audio duration (C16/L4, one CPU thread).",
         "",
     ]
+    data_lines = eval_data_lines(results)
+    if data_lines:
+        parts += ["## Evaluation data", "", *data_lines, ""]
     note_lines = notes(results)
     if note_lines:
         parts += ["## Notes", "", *note_lines, ""]

@@ -58,7 +58,9 @@ class SchemeResult:
     (e.g. abs_learned refusing utterances past its table length on the long set).
     ``curve`` and ``loss_curve`` are the validation WER and loss learning curves as
     ``[step, value]`` pairs (the loss still separates schemes when short budgets
-    leave every WER at 100 %).
+    leave every WER at 100 %). ``eval_data`` is what each evaluation split
+    contributed (see ``asr.ablation.evaluate.evaluate_checkpoint``): manifest,
+    cut limit, utterances decoded and cuts skipped by reason.
     """
 
     scheme: str
@@ -69,6 +71,7 @@ class SchemeResult:
     metric_errors: dict[str, str] = field(default_factory=dict)
     curve: list[list[float]] = field(default_factory=list)
     loss_curve: list[list[float]] = field(default_factory=list)
+    eval_data: dict[str, dict] = field(default_factory=dict)
     run_dir: str = ""
     wall_s: float = 0.0
     # What the scheme was trained with (budget, seed, data, overrides): a re-run with

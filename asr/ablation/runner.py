@@ -32,8 +32,8 @@ from asr.model.positions import POSITION_SCHEMES
 # The encoder's position schemes, in report order (the model validates names in one place).
 ALL_SCHEMES: tuple[str, ...] = POSITION_SCHEMES
 
-# evaluate(run_dir, checkpoint) -> (metrics, metric_errors); see asr.ablation.evaluate.
-EvaluateFn = Callable[[Path, Path], tuple[dict[str, float | None], dict[str, str]]]
+# evaluate(run_dir, checkpoint) -> (metrics, metric_errors, eval_data); see asr.ablation.evaluate.
+EvaluateFn = Callable[[Path, Path], tuple[dict[str, float | None], dict[str, str], dict[str, dict]]]
 TrainFn = Callable[[TrainJob], TrainOutcome]
 
 
@@ -220,7 +220,7 @@ class AblationRunner:
             return failed_result(scheme, "evaluate", f"no last.ckpt under {run_dir} after training", run_dir)
         self.log(f"[ablate] {scheme}: evaluate {ckpt}")
         try:
-            metrics, metric_errors = self.evaluate_fn(run_dir, ckpt)
+            metrics, metric_errors, eval_data = self.evaluate_fn(run_dir, ckpt)
             step_time, steps = self.step_stats_fn(run_dir)
         except Exception as err:  # noqa: BLE001  (any evaluation error fails this scheme only)
             self.log(f"[ablate] {scheme}: evaluation error: {type(err).__name__}: {err}")
@@ -233,7 +233,7 @@ class AblationRunner:
         errors = dict(metric_errors)
         if step_time is None:
             errors["step_time_s"] = "no step timing found in the training logs"
-        result = SchemeResult(scheme=scheme, metrics=metrics, metric_errors=errors)
+        result = SchemeResult(scheme=scheme, metrics=metrics, metric_errors=errors, eval_data=eval_data)
         refresh_curves(result, run_dir)
         return result
 

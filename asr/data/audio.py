@@ -13,6 +13,8 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
+from asr.data.features import SAMPLE_RATE
+
 
 class AudioError(ValueError):
     """A missing, unreadable or empty audio file. `reason` is a short key for skip counters."""
@@ -24,7 +26,7 @@ class AudioError(ValueError):
 
 def load_audio(
     path_or_bytes: str | Path | bytes,
-    target_sr: int = 16000,
+    target_sr: int = SAMPLE_RATE,
     offset: float = 0.0,
     duration: float | None = None,
 ) -> torch.Tensor:
@@ -61,7 +63,7 @@ def load_audio(
     return mono
 
 
-def cut_waveform(cut, target_sr: int = 16000) -> torch.Tensor:
+def cut_waveform(cut, target_sr: int = SAMPLE_RATE) -> torch.Tensor:
     """(n,) float32 at `target_sr` for a Lhotse cut, honoring its offset into the recording."""
     source = cut.recording.sources[0]
     if source.type != "file":

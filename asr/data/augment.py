@@ -11,10 +11,12 @@ import random
 import torch
 import torchaudio.functional as AF
 
+from asr.data.features import SAMPLE_RATE
+
 SPEED_FACTORS = (0.9, 1.0, 1.1)
 
 
-def speed_perturb(waveform: torch.Tensor, factor: float, sample_rate: int = 16000) -> torch.Tensor:
+def speed_perturb(waveform: torch.Tensor, factor: float, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
     """(n,) -> (~n / factor,): play `factor` times faster (pitch moves too, as in Kaldi's sox speed)."""
     if factor == 1.0:
         return waveform

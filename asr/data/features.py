@@ -4,6 +4,9 @@ The same extractor serves training, decoding and streaming. Streaming computes
 fbank on a growing audio buffer, so `num_frames` gives the frame count of a
 prefix without computing it: with snip_edges, frame t covers samples
 [t * shift, t * shift + length).
+
+This module is the one place that states the audio rate and the frame timing:
+everything that converts samples, frames and seconds imports these constants.
 """
 
 from __future__ import annotations
@@ -11,17 +14,23 @@ from __future__ import annotations
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
+SAMPLE_RATE = 16000  # Hz: every waveform is resampled to this rate before features
+FRAME_LENGTH_MS = 25.0
+FRAME_SHIFT_MS = 10.0
+FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
+FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
+
 
 class FbankExtractor:
-    """waveform (n,) float in [-1, 1] at 16 kHz -> (T, num_mel_bins) float32 log-mel."""
+    """waveform (n,) float in [-1, 1] at ``SAMPLE_RATE`` -> (T, num_mel_bins) float32 log-mel."""
 
-    sample_rate = 16000
+    sample_rate = SAMPLE_RATE
 
     def __init__(
         self,
         num_mel_bins: int = 80,
-        frame_length_ms: float = 25.0,
-        frame_shift_ms: float = 10.0,
+        frame_length_ms: float = FRAME_LENGTH_MS,
+        frame_shift_ms: float = FRAME_SHIFT_MS,
         dither: float = 0.0,
     ) -> None:
         if num_mel_bins <= 0:

@@ -24,11 +24,11 @@ from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
 from asr.data.espeak import EspeakSynthesizer
+from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
 from asr.data.sentences import SentenceGenerator, sentence_rng
 from asr.data.voices import check_voices_exist, draw_voice
 
-SAMPLE_RATE = 16000
 SPLITS = ("train", "dev", "test", "long")
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
 MAX_ATTEMPTS = 50

@@ -1,4 +1,9 @@
-"""Decoding algorithms: CTC greedy / prefix beam, attention beam, attention rescoring, WER."""
+"""Decoding algorithms: CTC greedy / prefix beam, attention beam, attention rescoring, WER.
+
+The split-level evaluation (a cut set in, per-utterance records and totals out) is
+``asr.decode.evaluate``; it reads audio through ``asr.data`` (Lhotse, torchaudio), so
+it is not imported here, where the streaming recognizer needs only the searches.
+"""
 
 from asr.decode.attention_beam import attention_beam_search
 from asr.decode.batch import MODES, decode_batch

@@ -28,11 +28,11 @@ class ErrorCounter:
         self.char_errors = 0
         self.ref_chars = 0
 
-    def add(self, ref: str, hyp: str, key: str = "") -> dict:
-        """Score one utterance.
+    def add(self, ref: str, hyp: str, key: str = "", **extra) -> dict:
+        """Score one utterance; ``extra`` fields (e.g. ``seconds``) are kept in its record.
 
         Returns:
-            {key, ref, hyp, word_errors, ref_words, char_errors, ref_chars}
+            {key, ref, hyp, word_errors, ref_words, char_errors, ref_chars, **extra}
         """
         ref_w, hyp_w = ref.split(), hyp.split()
         ref_c, hyp_c = "".join(ref_w), "".join(hyp_w)
@@ -44,6 +44,7 @@ class ErrorCounter:
             "ref_words": len(ref_w),
             "char_errors": int(editdistance.eval(ref_c, hyp_c)),
             "ref_chars": len(ref_c),
+            **extra,
         }
         self.records.append(record)
         self.word_errors += record["word_errors"]

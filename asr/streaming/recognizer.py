@@ -21,15 +21,6 @@ from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import attention_rescoring
 
 
-def _frame_shift_samples(extractor) -> int:
-    """Samples between frame starts, read off ``num_frames`` (the extractor's public API)."""
-    first = extractor.min_samples
-    for shift in range(1, 10 * first + 1):
-        if extractor.num_frames(first + shift) >= 2:
-            return shift
-    raise ValueError(f"cannot find the frame shift of {extractor!r} from num_frames().")
-
-
 class IncrementalFbank:
     """Fbank frames of a growing audio stream, equal to the fbank of the whole audio.
 
@@ -41,7 +32,7 @@ class IncrementalFbank:
 
     def __init__(self, extractor) -> None:
         self.extractor = extractor
-        self.shift = _frame_shift_samples(extractor)
+        self.shift = extractor.shift_samples
         self._buffer = torch.zeros(0)
 
     def reset(self) -> None:
@@ -86,8 +77,9 @@ class StreamingRecognizer:
         left_chunks: chunks of attention memory, -1 for all.
         beam: CTC prefix beam width (also the n-best size for rescoring).
         ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
-        extractor: the feature extractor used in training; default
-            ``asr.data.features.FbankExtractor()``. Audio must be at its rate (16 kHz).
+        extractor: the feature extractor used in training (``num_frames``, ``min_samples``,
+            ``shift_samples``, callable); default ``asr.data.features.FbankExtractor()``.
+            Audio must be at its ``sample_rate``.
     """
 
     def __init__(
@@ -157,7 +149,7 @@ class StreamingRecognizer:
         return out.size(1)
 
     def accept_waveform(self, samples) -> str:
-        """Feed samples (n,) float32 at 16 kHz; returns the current partial text."""
+        """Feed samples (n,) float32 at the extractor's ``sample_rate``; returns the current partial text."""
         if self.final_tokens is not None:
             raise ValueError("finalize() was called; call reset() before feeding a new utterance.")
         samples = torch.as_tensor(samples, dtype=torch.float32)

@@ -1,12 +1,13 @@
-"""Evaluation pieces on a tiny untrained model: batching, WER, streaming RTF, per-metric failures."""
+"""Ablation-only evaluation pieces on a tiny untrained model: streaming RTF, per-metric failures.
 
-import json
-from pathlib import Path
+Batching and WER scoring are the shared ``asr.decode.evaluate`` (tests/decode/test_evaluate.py).
+"""
 
 import pytest
 import torch
 
-from asr.ablation.evaluate import Utterance, _measure, batches, pad_feats, streaming_rtf, error_rates
+from asr.ablation.evaluate import _measure, streaming_rtf
+from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
 from asr.model.asr_model import build_asr_model
 
 
@@ -34,31 +35,6 @@ def _utts(seconds: list[float]) -> list[Utterance]:
     ]
 
 
-def test_batches_respect_the_audio_bound_and_keep_every_utterance() -> None:
-    utts = _utts([3.0, 1.0, 2.0, 9.0, 0.5])
-    groups = list(batches(utts, batch_seconds=4.0))
-    assert sorted(u.key for g in groups for u in g) == sorted(u.key for u in utts)
-    assert all(sum(u.seconds for u in g) <= 4.0 or len(g) == 1 for g in groups)
-    assert [u.seconds for u in groups[0]] == [0.5, 1.0, 2.0]  # shortest first
-    feats, lens = pad_feats(groups[0])
-    assert feats.shape == (3, 200, 80) and lens.tolist() == [50, 100, 200]
-    assert torch.all(feats[0, 50:] == 0)
-
-
-def test_wer_in_percent_with_records(tmp_path: Path) -> None:
-    model, utts = _model(), _utts([1.0, 1.5])
-    records = tmp_path / "rows.jsonl"
-    wer, cer = error_rates(model, CharTok(), utts, "ctc_greedy", 4, 2, records_path=records)
-    rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert {r["key"] for r in rows} == {"u0", "u1"}
-    expected = 100.0 * sum(r["word_errors"] for r in rows) / sum(r["ref_words"] for r in rows)
-    assert wer == pytest.approx(expected) and wer > 0  # an untrained model is wrong
-    chars = 100.0 * sum(r["char_errors"] for r in rows) / sum(r["ref_chars"] for r in rows)
-    assert cer == pytest.approx(chars)
-    with pytest.raises(ValueError, match="no utterances"):
-        error_rates(model, CharTok(), [], "ctc_greedy", 0, -1)
-
-
 def test_streaming_rtf_is_positive_and_restores_threads() -> None:
     threads = torch.get_num_threads()
     rtf = streaming_rtf(_model("shaw", max_distance=4), _utts([1.3, 0.7]), chunk_size=4, left_chunks=2)
@@ -69,8 +45,9 @@ def test_streaming_rtf_is_positive_and_restores_threads() -> None:
 def test_a_failing_measurement_becomes_none_with_its_error() -> None:
     model = _model("abs_learned", max_len=8)  # 8 encoder frames = 0.32 s
     errors: dict[str, str] = {}
-    value = _measure("wer_long", errors, lambda: error_rates(model, CharTok(), _utts([2.0]), "ctc_greedy", 0, -1))
-    assert value is None and "8" in errors["wer_long"]
+    value = _measure("wer_long", errors,
+                     lambda: evaluate_utterances(model, CharTok(), EvalSet(_utts([2.0])), ["ctc_greedy"]))
+    assert value is None and "max_len=8" in errors["wer_long"]
     assert _measure("x", errors, lambda: (1.5, 2.0)) == (1.5, 2.0) and "x" not in errors
     assert _measure("y", errors, lambda: 1.5, split_error="FileNotFoundError: long") is None
     assert errors["y"] == "FileNotFoundError: long"

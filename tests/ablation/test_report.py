@@ -75,3 +75,31 @@ def test_plots_are_written_and_skip_failed_runs(tmp_path: Path) -> None:
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert write_plots([failed_result("shaw", "train", "boom")], tmp_path / "none") == []
+
+
+def test_report_states_the_cuts_used_and_the_skips(tmp_path: Path) -> None:
+    data = {
+        "test": {"cuts": "cuts_test.jsonl.gz", "max_utts": 200, "utterances": 200,
+                 "skipped": {"audio_corrupt": 2, "empty_text": 1}},
+        "long": {"cuts": "cuts_long.jsonl.gz", "max_utts": None, "utterances": 12, "skipped": {}},
+    }
+    same = [_ok("rel_xl", 10.0), _ok("shaw", 20.0)]
+    for result in same:
+        result.eval_data = json.loads(json.dumps(data))
+    report, json_path = write_report(tmp_path, [*same, failed_result("rope", "train", "boom")], {})
+    section = report.read_text().split("## Evaluation data")[1].split("##")[0]
+    assert "- test: the first 200 usable cuts of `cuts_test.jsonl.gz`, 200 decoded; skipped cuts: audio_corrupt 2, " \
+           "empty_text 1" in section
+    assert "- long: every usable cut of `cuts_long.jsonl.gz`, 12 decoded; skipped cuts: none" in section
+    assert "`rel_xl`" not in section  # one description fits every scheme
+    saved = json.loads(json_path.read_text())["schemes"][0]
+    assert SchemeResult.from_json(saved).eval_data["test"]["skipped"] == {"audio_corrupt": 2, "empty_text": 1}
+    # A scheme evaluated on other data (a result reused from an earlier run) is named.
+    same[1].eval_data["test"].update(max_utts=50, utterances=50)
+    text = write_report(tmp_path, same, {})[0].read_text()
+    assert "- `shaw`: long: every usable cut" in text and "the first 50 usable cuts" in text
+    unreadable = _ok("none", 1.0)
+    unreadable.eval_data = {"long": {"cuts": "cuts_long.jsonl.gz", "max_utts": 40,
+                                     "error": "FileNotFoundError: manifest not found"}}
+    text = write_report(tmp_path, [unreadable], {})[0].read_text()
+    assert "- long: `cuts_long.jsonl.gz` could not be read: `FileNotFoundError: manifest not found`" in text

@@ -35,7 +35,8 @@ class FakeTrainer:
 
 def _evaluate(run_dir: Path, ckpt: Path):
     assert ckpt.name == "last.ckpt"
-    return {"params_m": 1.5, "wer_test_greedy": 40.0, "wer_long": None}, {"wer_long": "too long"}
+    eval_data = {"test": {"cuts": "cuts_test.jsonl.gz", "max_utts": 2, "utterances": 2, "skipped": {}}}
+    return {"params_m": 1.5, "wer_test_greedy": 40.0, "wer_long": None}, {"wer_long": "too long"}, eval_data
 
 
 def _runner(tmp_path: Path, trainer: FakeTrainer, schemes=("rel_xl", "shaw"), lines=None) -> AblationRunner:
@@ -55,6 +56,7 @@ def test_failure_is_isolated_and_reported(tmp_path: Path) -> None:
     assert by_scheme["rel_xl"].curve == [[5.0, 0.9], [10.0, 0.5]]
     assert by_scheme["rel_xl"].loss_curve == [[5.0, 50.0], [10.0, 40.0]]
     assert by_scheme["rel_xl"].metrics["val_loss"] == 40.0
+    assert by_scheme["rel_xl"].eval_data["test"]["utterances"] == 2
     report = (tmp_path / "report.md").read_text()
     assert "failed (train)" in report and "RuntimeError: shaw exploded" in report
     assert (tmp_path / "results.json").is_file() and (tmp_path / "learning_curves.png").is_file()

@@ -1,4 +1,4 @@
-"""scripts/decode.py on a tiny trained checkpoint: JSONL per mode and a summary."""
+"""scripts/decode.py on a tiny trained checkpoint: JSONL per mode, a summary, and the same errors as the ablation."""
 
 import importlib.util
 import json
@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "tests" / "train"))
 
 from tiny_corpus import CONF, make_tiny_corpus, tiny_overrides  # noqa: E402
 
+from asr.ablation.evaluate import WER_SETTINGS, EvalConfig, evaluate_checkpoint  # noqa: E402
 from asr.train.run import train  # noqa: E402
 
 MODES = ["ctc_greedy", "ctc_prefix_beam", "attention", "attention_rescoring"]
@@ -43,10 +44,11 @@ def decode(capsys, *args):
 def test_every_mode_writes_jsonl_and_summary(trained, tmp_path, capsys, chunk):
     corpus, ckpt = trained
     out = tmp_path / "dec"
-    stdout = decode(capsys, "--ckpt", str(ckpt), "--modes", ",".join(MODES), "--beam", "3", "--chunk-size", str(chunk),
+    stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", ",".join(MODES), "--beam", "3", "--chunk-size", str(chunk),
                   "--out-dir", str(out))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["chunk_size"] == chunk and summary["audio_seconds"] > 0
+    assert summary["skipped_utterances"] == {} and "skipped cuts: none" in stdout
     refs = {}
     for mode in MODES:
         records = [json.loads(line) for line in open(out / f"{mode}.jsonl")]
@@ -65,6 +67,7 @@ def test_every_mode_writes_jsonl_and_summary(trained, tmp_path, capsys, chunk):
 
 def test_other_cuts_file_and_default_out_dir(trained, capsys):
     corpus, ckpt = trained
+    # --ckpt stays an alias of --checkpoint for now
     decode(capsys, "--ckpt", str(ckpt), "--modes", "ctc_greedy", "--cuts", str(corpus / "cuts_dev.jsonl.gz"))
     summary = json.loads((ckpt.parent.parent / "decode" / "cuts_dev_full" / "summary.json").read_text())
     assert summary["modes"]["ctc_greedy"]["utterances"] == 4
@@ -73,7 +76,7 @@ def test_other_cuts_file_and_default_out_dir(trained, capsys):
 def test_bad_mode_is_a_clear_error(trained, capsys):
     _, ckpt = trained
     with pytest.raises(SystemExit) as exc:
-        decode_script.main(["--ckpt", str(ckpt), "--modes", "beam_me_up"])
+        decode_script.main(["--checkpoint", str(ckpt), "--modes", "beam_me_up"])
     assert exc.value.code == 2 and "beam_me_up" in capsys.readouterr().err
 
 
@@ -81,3 +84,40 @@ def test_help(capsys):
     with pytest.raises(SystemExit) as exc:
         decode_script.main(["--help"])
     assert exc.value.code == 0 and "attention_rescoring" in capsys.readouterr().out
+
+
+def test_decode_script_and_ablation_score_each_utterance_alike(trained, tmp_path, capsys):
+    """One evaluation path: every ablation WER column on the test split equals decode.py's per utterance."""
+    corpus, ckpt = trained
+    metrics, errors, eval_data = evaluate_checkpoint(ckpt, EvalConfig(data_dir=str(corpus)), tmp_path / "ablation",
+                                                     log=lambda _: None)
+    assert eval_data["test"] == {"cuts": "cuts_test.jsonl.gz", "max_utts": None, "utterances": 4, "skipped": {}}
+    assert "wer_long" in errors and "error" in eval_data["long"]  # the tiny corpus has no long split
+    compared = 0
+    for column, (mode, split, chunk, left) in WER_SETTINGS.items():
+        if split != "test":
+            continue
+        out = tmp_path / column
+        decode(capsys, "--checkpoint", str(ckpt), "--modes", mode, "--chunk-size", str(chunk), "--left-chunks",
+               str(left), "--out-dir", str(out))
+        ours = [json.loads(line) for line in open(out / f"{mode}.jsonl")]
+        theirs = [json.loads(line) for line in open(tmp_path / "ablation" / f"decode_{column}.jsonl")]
+        fields = ("key", "ref", "hyp", "word_errors", "ref_words", "char_errors")
+        assert [[r[f] for f in fields] for r in ours] == [[r[f] for f in fields] for r in theirs], column
+        summary = json.loads((out / "summary.json").read_text())
+        assert metrics[column] == pytest.approx(100 * summary["modes"][mode]["wer"])
+        compared += 1
+    assert compared == 4
+
+
+def test_quickstart_decodes_through_decode_script_and_reuses_its_summary(trained, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    _, ckpt = trained
+    out = tmp_path / "test_full"
+    summary = quickstart.decode(ckpt, out, "ctc_greedy", 0, 1)  # a decode.py subprocess
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert summary["ckpt"] == str(ckpt) and summary["modes"]["ctc_greedy"]["utterances"] == 4
+    assert quickstart.decode(ckpt, out, "ctc_greedy", 0, 1) == summary
+    assert "found in" in capsys.readouterr().out  # the second call read the summary back
