@@ -140,6 +140,43 @@ def test_score_hypotheses_equals_stepwise_attention_log_probs():
     assert torch.allclose(mixed, 0.75 * scores + 0.25 * r2l, atol=1e-5)
 
 
+def l2r_copy_of_r2l(model: AsrModel) -> AsrModel:
+    """The same model whose left-to-right decoder holds the right-to-left decoder's weights."""
+    ref = make_model(decoder_layers=1, r2l_decoder_layers=0, reverse_weight=0.0)
+    ref.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith(("decoder.", "r2l_decoder."))},
+                        strict=False)
+    ref.decoder.load_state_dict(model.r2l_decoder.state_dict())
+    return ref
+
+
+def test_r2l_scores_equal_hand_reversed_tokens_through_the_l2r_path():
+    model = make_model(3)
+    ref = l2r_copy_of_r2l(model)
+    feats, feat_lens, _, _ = make_batch(3)
+    enc, enc_lens = model.encode(feats[:1], feat_lens[:1])
+    hyps = [[3, 1, 4, 1], [5, 9], [7], []]
+    r2l = model.score_hypotheses(enc, enc_lens[0], hyps, reverse_weight=1.0)
+    for h, got in zip(hyps, r2l.tolist()):
+        # Reversed by hand and fed one token at a time through the incremental left-to-right path.
+        state, total, prev = ref.init_attention_state(enc, enc_lens[0]), 0.0, SOS
+        for tok in list(reversed(h)) + [SOS]:
+            logp, state = ref.attention_step(torch.tensor([prev]), state)
+            total += logp[0, tok].item()
+            prev = tok
+        assert got == pytest.approx(total, abs=1e-4), h
+
+
+def test_r2l_loss_equals_l2r_loss_on_hand_reversed_targets():
+    model = make_model(4)
+    ref = l2r_copy_of_r2l(model)
+    feats, feat_lens, tokens, token_lens = make_batch(4)
+    reversed_tokens = torch.full_like(tokens, -1)
+    for b, n in enumerate(token_lens.tolist()):
+        reversed_tokens[b, :n] = torch.tensor(list(reversed(tokens[b, :n].tolist())))
+    expected = ref(feats, feat_lens, reversed_tokens, token_lens)["loss_att"]
+    torch.testing.assert_close(model(feats, feat_lens, tokens, token_lens)["loss_r2l"], expected)
+
+
 def test_invalid_arguments_raise_with_values():
     enc = build_encoder(**ENC)
     with pytest.raises(ValueError, match=r"ctc_weight \(1.5\)"):

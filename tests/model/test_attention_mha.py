@@ -59,14 +59,40 @@ def test_padding_does_not_change_valid_frames(name):
     torch.testing.assert_close(batched[1:, :4], alone)
 
 
-@pytest.mark.parametrize("name", POSITION_SCHEMES)
-def test_relative_schemes_are_translation_invariant(name):
+RELATIVE = [n for n in POSITION_SCHEMES if build_position_scheme(n, D, H).is_relative]
+ABSOLUTE = ["abs_sin", "abs_learned"]
+# "none" is in neither list: without positions nothing can tell two times apart.
+
+
+def periodic_outputs(name, chunk=3, left_chunks=1, periods=6):
+    """Layer outputs over a period-``chunk`` input under a chunk mask with bounded left context.
+
+    Returns (out[t], out[t + chunk]) for every t whose left context is full: both
+    queries see the same contents at the same distances, so only absolute
+    positions can make them differ.
+    """
     scheme, mha = layer(name)
-    window = torch.randn(1, 6, D, dtype=torch.float64)
-    at_0, _ = mha(scheme.embed_input(window, 0), None)
-    at_500, _ = mha(scheme.embed_input(window, 500), None)
-    # "none" has no positions at all, so it is trivially invariant too.
-    assert torch.allclose(at_0, at_500) == (scheme.is_relative or name == "none")
+    x = torch.randn(1, chunk, D, dtype=torch.float64).repeat(1, periods, 1)  # (1, T, D)
+    t = x.size(1)
+    out, _ = mha(scheme.embed_input(x, 0), chunk_mask(t, chunk, left_chunks)[None])
+    first = left_chunks * chunk
+    return out[:, first : t - chunk], out[:, first + chunk :]
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_schemes_are_translation_invariant_with_bounded_left_context(name):
+    earlier, later = periodic_outputs(name)
+    torch.testing.assert_close(later, earlier, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ABSOLUTE)
+def test_absolute_schemes_are_not_translation_invariant(name):
+    earlier, later = periodic_outputs(name)
+    assert (later - earlier).abs().max() > 1e-3
+
+
+def test_scheme_lists_cover_every_scheme_but_none():
+    assert sorted(RELATIVE + ABSOLUTE + ["none"]) == sorted(POSITION_SCHEMES)
 
 
 def test_bad_inputs_raise_with_shapes():

@@ -11,6 +11,7 @@ import torch
 
 from asr.model.positions import build_position_scheme
 from asr.model.scorers import rel_shift, rel_shift_gather
+from asr.model.sinusoid import sinusoid_table
 
 SHAPES = [(5, 5), (3, 7), (1, 6), (4, 9)]  # (C, K)
 B, H, DH = 2, 3, 4
@@ -75,7 +76,9 @@ def test_strided_rel_shift_equals_index_gather(c, k):
     # Also on a non-contiguous input (the shift must follow the real strides).
     wide = torch.randn(B, c, H, k + c - 1).transpose(1, 2)
     torch.testing.assert_close(rel_shift(wide, k), rel_shift_gather(wide, k), rtol=0, atol=0)
-    assert rel_shift(bd_full, k).data_ptr() >= bd_full.data_ptr()  # a view, not a copy
+    # A view, not a copy: the very same storage (a copy would get a fresh one).
+    assert rel_shift(bd_full, k).untyped_storage().data_ptr() == bd_full.untyped_storage().data_ptr()
+    assert rel_shift(wide, k).untyped_storage().data_ptr() == wide.untyped_storage().data_ptr()
     with pytest.raises(ValueError, match="K\\+C-1"):
         rel_shift(bd_full, k + 1)
 
@@ -176,7 +179,7 @@ def test_rope_equals_definition_and_is_relative(c, k):
 
 
 @pytest.mark.parametrize("name", ["abs_sin", "abs_learned", "none"])
-@pytest.mark.parametrize("c, k", SHAPES)
+@pytest.mark.parametrize("c, k", SHAPES + [(4, 2)])  # K < C: cross-attention to a short memory
 def test_plain_sdpa_path_equals_reference(name, c, k):
     s = scorer(name)
     q, keys, v = make_qkv(c, k)
@@ -276,3 +279,56 @@ def test_fused_softmax_values_match_plain_autograd(with_shaw_values):
 
     for fused, plain in zip(grads(0.0, False), grads(1e-12, True)):
         torch.testing.assert_close(fused, plain)
+
+
+def largest_saved_for_backward(fn, *inputs) -> int:
+    """Run fn(*inputs).sum() under saved-tensor hooks; the largest numel autograd kept for backward."""
+    sizes = [0]
+
+    def pack(t):
+        sizes.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*inputs).sum()
+    out.backward()
+    return max(sizes)
+
+
+def naive_shaw(s, q, keys, v):
+    """Shaw with explicit (C, K, Dh) tables: the layout the fast path must never build."""
+    c, kk = q.size(2), keys.size(2)
+    bucket = ((torch.arange(kk)[None, :] - torch.arange(kk - c, kk)[:, None]).clamp(-s.max_distance, s.max_distance)
+              + s.max_distance)  # (C, K)
+    a_k, a_v = s.rel_k[bucket], s.rel_v[bucket]  # (C, K, Dh) each
+    logits = (q @ keys.transpose(-1, -2) + torch.einsum("bhcd,ckd->bhck", q, a_k)) * s.scale
+    probs = torch.softmax(logits, -1)
+    return probs @ v + torch.einsum("bhck,ckd->bhcd", probs, a_v)
+
+
+def naive_rel_xl(s, q, keys, v):
+    """Transformer-XL with W_R R_{i-j} gathered for every (i, j): a (C, K, D) tensor."""
+    c, kk = q.size(2), keys.size(2)
+    r = torch.arange(kk - c, kk)[:, None] - torch.arange(kk)[None, :]  # (C, K) query time - key time
+    h, dh = s.num_heads, s.head_dim
+    p = s.linear_pos(sinusoid_table(r.flatten().to(q.dtype), h * dh)).view(c, kk, h, dh)  # (C, K, H, Dh)
+    ac = (q + s.pos_bias_u[:, None]) @ keys.transpose(-1, -2)
+    bd = torch.einsum("bhcd,ckhd->bhck", q + s.pos_bias_v[:, None], p)
+    return torch.softmax((ac + bd) * s.scale, -1) @ v
+
+
+@pytest.mark.parametrize("name, naive", [("shaw", naive_shaw), ("rel_xl", naive_rel_xl)])
+def test_fast_paths_save_no_length_squared_by_head_dim_tensor(name, naive):
+    """L = 100 > 64: rel_xl splits its queries into two blocks (one padded) and Shaw's
+    band sums run over two row blocks. B * H = 2 < Dh = 8, so the (B, H, L, L)
+    probabilities are a quarter of the L * L * Dh bound; a per-pair table is not."""
+    length, heads, dh = 100, 2, 8
+    s = build_position_scheme(name, heads * dh, heads).make_scorer(heads, dh, 0.0).double().train()
+    assert name != "rel_xl" or s.query_block < length
+    q, keys, v = (torch.randn(1, heads, length, dh, requires_grad=True) for _ in range(3))
+    mask = torch.ones(1, length, length, dtype=torch.bool).tril()  # causal, so every row is masked differently
+    bound = length * length * dh
+    fast = largest_saved_for_backward(lambda *t: s(*t, mask), q, keys, v)
+    assert length * length <= fast < bound, (fast, bound)  # the hook sees the probabilities, nothing bigger
+    # The hook does catch a per-pair table: the explicit reference saves one.
+    assert largest_saved_for_backward(lambda *t: naive(s, *t), q, keys, v) >= bound
