@@ -5,14 +5,19 @@ error line, the others still run):
 
 - parameter count;
 - test WER full context: attention rescoring and CTC greedy;
-- test WER streaming (chunk mask, CTC greedy) at C16/L4 and C4/L16: the same
-  64-frame memory with a coarser and a finer latency;
-- long-split WER (length extrapolation) full context and C16/L4;
+- the streaming trade-off: test WER (CTC greedy) with chunk masks of 32, 16, 8 and
+  4 frames, each with the same 64-frame memory (left chunks 2, 4, 8, 16);
+- length extrapolation: WER (CTC greedy) on the probe set (``asr.data.probes``:
+  20 passages by test voices at each of 5, 10, 20, 40, 80 and 160 s), full context
+  and at C16/L4; a scheme whose learned table is shorter than a probe gets
+  "n/a: longer than its table" for that length, not a failed run;
 - streaming RTF: ``enc.stream_step`` + CTC greedy over test audio fed one chunk
   at a time, on one CPU thread.
 
-The chunk-masked forward is what ``stream_step`` computes exactly (the encoder's
-streaming contract), so streaming WERs use the batched masked forward.
+Every WER measurement writes its per-utterance records (``decode_<key>.jsonl``)
+for the bootstrap intervals of the report. The chunk-masked forward is what
+``stream_step`` computes exactly (the encoder's streaming contract), so streaming
+WERs use the batched masked forward.
 """
 
 from __future__ import annotations
@@ -27,16 +32,28 @@ import torch
 
 from asr.ablation.results import last_line
 from asr.decode import ctc_greedy
+from asr.data.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
 from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances, load_utterances
+from asr.model.positions import TooLongForTable
 
-# column key -> (decoding mode, split, chunk_size, left_chunks)
+# Chunk sizes of the streaming trade-off with their left chunks: every setting keeps
+# 64 frames of memory, so the sweep varies latency (chunk x frame period), not context.
+CHUNK_SWEEP: tuple[tuple[int, int], ...] = ((32, 2), (16, 4), (8, 8), (4, 16))
+# Contexts of the length curve: full, and the streaming setting of the runtime.
+PROBE_CONTEXTS: dict[str, tuple[int, int]] = {"full": (0, -1), "c16": (16, 4)}
+NOT_APPLICABLE = "n/a: longer than its table"
+
+# column key -> (decoding mode, split, chunk_size, left_chunks); split "probe<S>" is the
+# probe set's S-second passages.
 WER_SETTINGS: dict[str, tuple[str, str, int, int]] = {
     "wer_test_rescore": ("attention_rescoring", "test", 0, -1),
     "wer_test_greedy": ("ctc_greedy", "test", 0, -1),
-    "wer_stream_c16": ("ctc_greedy", "test", 16, 4),
-    "wer_stream_c4": ("ctc_greedy", "test", 4, 16),
-    "wer_long": ("ctc_greedy", "long", 0, -1),
-    "wer_long_stream": ("ctc_greedy", "long", 16, 4),
+    **{f"wer_chunk{c}": ("ctc_greedy", "test", c, left) for c, left in CHUNK_SWEEP},
+    **{
+        f"wer_probe{seconds}_{name}": ("ctc_greedy", f"probe{seconds}", c, left)
+        for seconds in PROBE_LENGTHS
+        for name, (c, left) in PROBE_CONTEXTS.items()
+    },
 }
 # WER columns whose CER is reported too (CER still moves when short budgets leave WER near 100 %).
 CER_OF: dict[str, str] = {"wer_test_greedy": "cer_test_greedy"}
@@ -47,34 +64,66 @@ RTF_CHUNK, RTF_LEFT = 16, 4
 class EvalConfig:
     """Where the evaluation data is and how much of it to use.
 
-    ``max_utts`` / ``max_long_utts`` keep the first N usable cuts of a split
-    (manifest order, deterministic; skipped cuts do not count); None keeps all. ``batch_seconds`` bounds the audio in
-    one decoding batch; ``rtf_utts`` is how many test utterances the RTF streams.
+    ``max_utts`` keeps the first N usable test cuts (manifest order, deterministic;
+    skipped cuts do not count); None keeps all. The probe set is always used whole.
+    ``batch_seconds`` bounds the audio in one decoding batch; ``rtf_utts`` is how
+    many test utterances the RTF streams.
     """
 
     data_dir: str
     test_cuts: str = "cuts_test.jsonl.gz"
-    long_cuts: str = "cuts_long.jsonl.gz"
+    probe_cuts: str = PROBE_FILE
     max_utts: int | None = None
-    max_long_utts: int | None = None
     beam: int = 10
     batch_seconds: float = 120.0
     rtf_utts: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("max_utts", "max_long_utts"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.max_utts is not None and self.max_utts < 1:
+            raise ValueError(f"max_utts must be >= 1 or None, got {self.max_utts}")
         if self.batch_seconds <= 0:
             raise ValueError(f"batch_seconds must be > 0, got {self.batch_seconds}")
 
-    def split_file(self, split: str) -> tuple[Path, int | None]:
-        if split == "test":
-            return Path(self.data_dir) / self.test_cuts, self.max_utts
-        if split == "long":
-            return Path(self.data_dir) / self.long_cuts, self.max_long_utts
-        raise ValueError(f"unknown split {split!r}; valid: test, long")
+
+def load_splits(cfg: EvalConfig, log=print) -> tuple[dict[str, EvalSet], dict[str, dict], dict[str, str]]:
+    """The evaluation sets: ``test`` and ``probe<S>`` per probe length.
+
+    Returns (sets, eval_data, split_errors): ``eval_data[name]`` says what a manifest
+    gave (``cuts``, ``max_utts``, ``utterances``, ``skipped`` by reason, or ``error``);
+    ``split_errors[split]`` is why a set could not be read (its measurements fail alone).
+    """
+    sets: dict[str, EvalSet] = {}
+    eval_data: dict[str, dict] = {}
+    split_errors: dict[str, str] = {}
+    for name, file, limit in (("test", cfg.test_cuts, cfg.max_utts), ("probe", cfg.probe_cuts, None)):
+        eval_data[name] = {"cuts": file, "max_utts": limit}
+        try:
+            loaded = load_utterances(Path(cfg.data_dir) / file, cfg.data_dir, limit)
+        except Exception as err:  # noqa: BLE001  (a missing split costs its columns only)
+            eval_data[name]["error"] = split_errors[name] = last_line(err)
+            continue
+        skipped = dict(sorted(loaded.skipped.items()))
+        eval_data[name].update(utterances=len(loaded.utterances), skipped=skipped)
+        if skipped:
+            log(f"[ablate]   {name}: skipped {skipped}")
+        if name == "test":
+            sets["test"] = loaded
+            continue
+        by_length: dict[int, list[Utterance]] = {}
+        for utt in loaded.utterances:
+            by_length.setdefault(probe_target(utt.key), []).append(utt)
+        eval_data[name]["per_length"] = {str(s): len(u) for s, u in sorted(by_length.items())}
+        for seconds in PROBE_LENGTHS:
+            sets[f"probe{seconds}"] = EvalSet(by_length.get(seconds, []))
+    for seconds in PROBE_LENGTHS:
+        if f"probe{seconds}" not in sets:
+            split_errors[f"probe{seconds}"] = split_errors["probe"]
+        elif not sets[f"probe{seconds}"].utterances:
+            split_errors[f"probe{seconds}"] = f"no {seconds} s probes in {cfg.probe_cuts}"
+    split_errors.pop("probe", None)  # measured per length: the lengths carry the error
+    if "test" not in sets:
+        sets["test"] = EvalSet([])
+    return sets, eval_data, split_errors
 
 
 @torch.no_grad()
@@ -114,9 +163,7 @@ def evaluate_checkpoint(
 ) -> tuple[dict, dict, dict]:
     """All measurements of one checkpoint: ``(metrics, metric_errors, eval_data)``.
 
-    ``eval_data`` says what each split contributed: ``{split: {cuts, max_utts,
-    utterances, skipped: {reason: count}}}`` (or ``error`` when the split could not
-    be read). ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
+    ``eval_data`` says what each manifest contributed (see :func:`load_splits`). ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
     Raises only when the checkpoint itself cannot be loaded.
     """
     from asr.train.checkpoint import load_model, read_checkpoint
@@ -128,28 +175,14 @@ def evaluate_checkpoint(
         # The steps behind the evaluated weights (a time-budget stop can end past the last save).
         "train_steps": float(read_checkpoint(ckpt)["global_step"]),
     }
+    splits, eval_data, split_errors = load_splits(cfg, log)
     errors: dict[str, str] = {}
-    splits: dict[str, EvalSet] = {}
-    eval_data: dict[str, dict] = {}
-    for split in sorted({s for _, s, _, _ in WER_SETTINGS.values()}):
-        path, limit = cfg.split_file(split)
-        eval_data[split] = {"cuts": path.name, "max_utts": limit}
-        try:
-            splits[split] = load_utterances(path, cfg.data_dir, limit)
-        except Exception as err:  # noqa: BLE001  (a missing split costs its columns only)
-            splits[split] = EvalSet([])
-            errors[f"split:{split}"] = eval_data[split]["error"] = last_line(err)
-            continue
-        skipped = dict(sorted(splits[split].skipped.items()))
-        eval_data[split].update(utterances=len(splits[split].utterances), skipped=skipped)
-        if skipped:
-            log(f"[ablate]   {split}: skipped {skipped}")
     for key, (mode, split, chunk, left) in WER_SETTINGS.items():
         start = time.perf_counter()
         result = _measure(
             key, errors, lambda: evaluate_utterances(
                 model, tokenizer, splits[split], [mode], chunk, left, beam=cfg.beam, batch_seconds=cfg.batch_seconds,
-            ).modes[mode], split_error=errors.get(f"split:{split}"),
+            ).modes[mode], split_error=split_errors.get(split),
         )
         metrics[key] = None if result is None else 100.0 * result.totals["wer"]
         if key in CER_OF:
@@ -160,14 +193,14 @@ def evaluate_checkpoint(
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / f"decode_{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result.records))
         shown = "n/a" if result is None else f"{metrics[key]:.2f}"
-        log(f"[ablate]   {key} = {shown} ({len(splits[split].utterances)} utts, {time.perf_counter() - start:.0f} s)")
+        log(f"[ablate]   {key} = {shown} ({len(splits.get(split, EvalSet([])).utterances)} utts, {time.perf_counter() - start:.0f} s)")
     rtf = _measure(
         "stream_rtf", errors,
         lambda: streaming_rtf(model, splits["test"].utterances[: cfg.rtf_utts], RTF_CHUNK, RTF_LEFT),
-        split_error=errors.get("split:test"),
+        split_error=split_errors.get("test"),
     )
     metrics["stream_rtf"] = None if rtf is None else float(rtf)
-    return metrics, {k: v for k, v in errors.items() if not k.startswith("split:")}, eval_data
+    return metrics, errors, eval_data
 
 
 def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = None):
@@ -177,6 +210,9 @@ def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = Non
         return None
     try:
         return fn()
-    except Exception as err:  # noqa: BLE001  (e.g. abs_learned past its table on the long split)
+    except TooLongForTable as err:  # abs_learned on a probe past its table: a property, not a failure
+        errors[key] = f"{NOT_APPLICABLE} ({last_line(err)})"
+        return None
+    except Exception as err:  # noqa: BLE001  (one broken measurement costs its column only)
         errors[key] = last_line(err)
         return None

@@ -24,10 +24,10 @@ _HEADERS = {m.key: m.header for m in METRICS}
 WER_BARS: tuple[str, ...] = (
     "wer_test_rescore",
     "wer_test_greedy",
-    "wer_stream_c16",
-    "wer_stream_c4",
-    "wer_long",
-    "wer_long_stream",
+    "wer_chunk16",
+    "wer_chunk4",
+    "wer_probe160_full",
+    "wer_probe160_c16",
 )
 
 

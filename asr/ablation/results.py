@@ -29,17 +29,18 @@ class Metric:
     fmt: str
 
 
-# The report's columns, in order. WERs are percentages. "C16/L4" = chunk of 16
-# encoder frames attending to 4 left chunks (the streaming memory).
+# The summary table's columns, in order. WERs are percentages. "C16/L4" = chunk of 16
+# encoder frames attending to 4 left chunks (the streaming memory); "160 s" = the
+# longest passages of the probe set.
 METRICS: tuple[Metric, ...] = (
     Metric("params_m", "Params (M)", "{:.2f}"),
     Metric("wer_test_rescore", "WER test rescore (%)", "{:.2f}"),
     Metric("wer_test_greedy", "WER test greedy (%)", "{:.2f}"),
     Metric("cer_test_greedy", "CER test greedy (%)", "{:.2f}"),
-    Metric("wer_stream_c16", "WER stream C16/L4 (%)", "{:.2f}"),
-    Metric("wer_stream_c4", "WER stream C4/L16 (%)", "{:.2f}"),
-    Metric("wer_long", "WER long full (%)", "{:.2f}"),
-    Metric("wer_long_stream", "WER long C16/L4 (%)", "{:.2f}"),
+    Metric("wer_chunk16", "WER C16/L4 (%)", "{:.2f}"),
+    Metric("wer_chunk4", "WER C4/L16 (%)", "{:.2f}"),
+    Metric("wer_probe160_full", "WER 160 s full (%)", "{:.2f}"),
+    Metric("wer_probe160_c16", "WER 160 s C16/L4 (%)", "{:.2f}"),
     Metric("val_loss", "Val loss (last)", "{:.2f}"),
     Metric("step_time_s", "Step time (s)", "{:.3f}"),
     Metric("peak_rss_mb", "Peak RSS (MB)", "{:.0f}"),

@@ -13,6 +13,7 @@ cut's ``custom["probe_seconds"]`` is its target length.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +36,19 @@ PROBE_FILE = "cuts_probe.jsonl.gz"
 VOICE_SPLIT = "test"
 
 
+def probe_id(seconds: int, index: int) -> str:
+    """The cut id of probe ``index`` at target ``seconds``: ``probe040-003``."""
+    return f"probe{seconds:03d}-{index:03d}"
+
+
+def probe_target(cut_id: str) -> int:
+    """The target length in seconds of a probe cut id (inverse of :func:`probe_id`)."""
+    match = re.fullmatch(r"probe(\d+)-\d+", cut_id)
+    if match is None:
+        raise ValueError(f"{cut_id!r} is not a probe cut id (probe<seconds>-<index>)")
+    return int(match.group(1))
+
+
 def _make_probe(job: tuple[int, int, int, str]) -> tuple[synth.UtteranceMeta, int]:
     """Pool task: synthesize probe ``index`` of target ``seconds`` and write its FLAC file."""
     seed, seconds, index, out_dir = job
@@ -48,7 +62,7 @@ def _make_probe(job: tuple[int, int, int, str]) -> tuple[synth.UtteranceMeta, in
     else:
         raise RuntimeError(f"no {seconds} s probe within {PROBE_TOLERANCE:.0%} after {synth.MAX_ATTEMPTS} tries")
     text, audio = passage
-    cut_id = f"probe{seconds:03d}-{index:03d}"
+    cut_id = probe_id(seconds, index)
     rel_path = f"audio/probe/{cut_id}.flac"
     sf.write(Path(out_dir) / rel_path, audio, synth.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
     meta = synth.UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))

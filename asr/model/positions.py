@@ -95,6 +95,10 @@ class SinusoidalPositions(PositionScheme):
         return x + absolute_sinusoids(start_time, x.size(1), x.size(-1), x)  # (T', D) table
 
 
+class TooLongForTable(ValueError):
+    """An input longer than a scheme's position table: the scheme cannot run it (not a bug)."""
+
+
 class LearnedPositions(PositionScheme):
     """Trainable absolute table (BERT style) with a hard length limit ``max_len``."""
 
@@ -112,7 +116,7 @@ class LearnedPositions(PositionScheme):
         super().embed_input(x, start_time)
         end = start_time + x.size(1)
         if end > self.max_len:
-            raise ValueError(
+            raise TooLongForTable(
                 f"abs_learned has max_len={self.max_len} positions but encoder frames up to "
                 f"time {end - 1} were requested (start_time={start_time}, T'={x.size(1)}); "
                 f"raise pos_enc.max_len or use a relative scheme."

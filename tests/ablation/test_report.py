@@ -46,14 +46,14 @@ def test_failed_run_row_shows_failed_and_the_error_last_line(tmp_path: Path) -> 
 
 def test_metric_failure_is_na_with_a_note(tmp_path: Path) -> None:
     result = _ok("abs_learned", 5.0)
-    result.metrics["wer_long"] = None
-    result.metric_errors["wer_long"] = "ValueError: 1500 frames | exceed max_len 1000"
+    result.metrics["wer_probe160_full"] = None
+    result.metric_errors["wer_probe160_full"] = "ValueError: 1500 frames | exceed max_len 1000"
     report, json_path = write_report(tmp_path, [result], {})
     text = report.read_text()
     assert "| n/a |" in text
     assert "exceed max_len 1000" in text and "frames \\| exceed" in text
     data = json.loads(json_path.read_text())
-    assert data["schemes"][0]["metrics"]["wer_long"] is None
+    assert data["schemes"][0]["metrics"]["wer_probe160_full"] is None
     assert SchemeResult.from_json(data["schemes"][0]).metric_errors == result.metric_errors
 
 
@@ -68,7 +68,7 @@ def test_non_finite_numbers_become_null_in_json(tmp_path: Path) -> None:
 
 def test_plots_are_written_and_skip_failed_runs(tmp_path: Path) -> None:
     results = [_ok("rel_xl", 10.0), _ok("none", 30.0), failed_result("shaw", "evaluate", "boom")]
-    results[1].metrics["wer_long"] = None
+    results[1].metrics["wer_probe160_full"] = None
     paths = write_plots(results, tmp_path)
     names = sorted(p.name for p in paths)
     assert names == ["learning_curves.png", "speed_memory.png", "wer_by_scheme.png"]
