@@ -1,8 +1,9 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 7 schemes, 1500 steps each (~2 h, 2 cores)
+    python scripts/ablate.py                                          # all 7 schemes, 1300 steps each (< 2 h, 2 cores)
     python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20   # two-scheme smoke, minutes
+    python scripts/ablate.py --schemes rel_xl,abs_sin --seeds 3 --out runs/ablation_seeds  # seed spread
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
 
@@ -40,14 +41,15 @@ from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings  #
 from asr.ablation.step_timer import read_step_stats  # noqa: E402
 
 # The default budget is the same number of optimizer steps for every scheme, with a
-# wall-clock cap (Lightning max_time) as a guard on a slower machine. 1500 steps of the
-# quickstart recipe (60 s batches, ~0.45 s a step on 2 cores, 11 min) with the cosine
-# ending at the last step, plus ~3 min of evaluation, make about 2 hours for the seven
-# schemes. The quickstart (3800 steps) reached 21.9% dev WER at step 1900 of its longer
-# schedule; a schedule that decays fully by step 1500 ends lower than its step-1500 point.
-DEFAULT_BUDGET_STEPS = 1500
-DEFAULT_BUDGET_MINUTES = 13.0
-DEFAULT_VAL_EVERY = 250
+# wall-clock cap (Lightning max_time) as a guard on a slower machine. 1300 steps of the
+# quickstart recipe (60 s batches; 0.45-0.6 s a step on 2 cores, 10-13 min) with the
+# cosine ending at the last step, plus ~3 min of evaluation, make under 2 hours for the
+# seven schemes. (The quickstart, 3800 steps, reached 21.9% dev WER at step 1900 of its
+# longer schedule; a schedule that decays fully by the last step ends lower than the
+# same step of a longer one.)
+DEFAULT_BUDGET_STEPS = 1300
+DEFAULT_BUDGET_MINUTES = 15.0
+DEFAULT_VAL_EVERY = 260
 # Ablation-wide training overrides placed before the user's (which win):
 # - a warmup that fits the budget (the quickstart's 300 of 3800 steps, scaled);
 # - validation on 4 dev batches (the same ones each time): learning-curve points for
@@ -55,7 +57,7 @@ DEFAULT_VAL_EVERY = 250
 #   are saved at each validation, so a time-budget stop evaluates the weights of the
 #   last validation (the Steps column says which step that was).
 DEFAULT_OVERRIDES = (
-    "optim.scheduler.warmup_steps=150",
+    "optim.scheduler.warmup_steps=130",
     "trainer.limit_val_batches=4",
 )
 
@@ -75,11 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              f"{DEFAULT_BUDGET_STEPS} steps capped at {DEFAULT_BUDGET_MINUTES:g} min when "
                              "no budget is given)")
     parser.add_argument("--val-every", type=int, default=None,
-                        help=f"validate every N steps for the learning curves (default: budget-steps/6, "
+                        help=f"validate every N steps for the learning curves (default: budget-steps/5, "
                              f"or {DEFAULT_VAL_EVERY} for a time budget)")
     parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
     parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
     parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="training runs per scheme with seeds seed, seed+1, ...; the report pools them "
+                             "(intervals over utterances of the mean errors) and shows the seed spread (default 1)")
     parser.add_argument("--max-utts", type=int, default=0,
                         help="test utterances decoded per WER column (default 0 = all)")
     parser.add_argument("--rtf-utts", type=int, default=10, help="test utterances streamed for the RTF")
@@ -96,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.budget_steps is None and args.budget_minutes is None:
         args.budget_steps, args.budget_minutes = DEFAULT_BUDGET_STEPS, DEFAULT_BUDGET_MINUTES
     if args.val_every is None:
-        args.val_every = max(1, args.budget_steps // 6) if args.budget_steps is not None else DEFAULT_VAL_EVERY
+        args.val_every = max(1, args.budget_steps // 5) if args.budget_steps is not None else DEFAULT_VAL_EVERY
     if args.train_timeout_minutes is None and args.budget_minutes is not None:
         args.train_timeout_minutes = 2 * args.budget_minutes + 5
     return args
@@ -123,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
     try:
         settings = AblationSettings(
-            out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed,
+            out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed, seeds=args.seeds,
             budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
             extra_overrides=(*DEFAULT_OVERRIDES, *args.overrides), train_timeout_minutes=args.train_timeout_minutes,
         )

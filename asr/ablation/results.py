@@ -74,6 +74,8 @@ class SchemeResult:
     loss_curve: list[list[float]] = field(default_factory=list)
     eval_data: dict[str, dict] = field(default_factory=dict)
     run_dir: str = ""
+    # The training seed of this run (one scheme may have several runs, one per seed).
+    seed: int | None = None
     wall_s: float = 0.0
     # What the scheme was trained with (budget, seed, data, overrides): a re-run with
     # other settings is warned that it reuses this result.

@@ -45,6 +45,8 @@ class AblationSettings:
     data_dir: str
     schemes: Sequence[str] = ALL_SCHEMES
     seed: int = 0
+    # Seeds per scheme: seed, seed + 1, ... (the report pools them and shows their spread).
+    seeds: int = 1
     budget_steps: int | None = None
     budget_minutes: float | None = None
     val_every_steps: int | None = None
@@ -60,14 +62,27 @@ class AblationSettings:
             raise ValueError(f"schemes repeat: {list(self.schemes)}")
         if not self.schemes:
             raise ValueError("no schemes to run (schemes is empty)")
+        if self.seeds < 1:
+            raise ValueError(f"seeds ({self.seeds}) must be >= 1")
 
-    def job(self, scheme: str, resume_from: Path | None) -> TrainJob:
+    def runs(self) -> list[tuple[str, int, Path]]:
+        """(scheme, seed, run_dir) of every training run, seeds inner: a scheme's first
+        seed keeps the folder ``<out>/<scheme>`` (so one-seed ablations look as before),
+        further seeds go to ``<out>/<scheme>-seed<k>``."""
+        return [
+            (scheme, self.seed + k, self.out_dir / (scheme if k == 0 else f"{scheme}-seed{self.seed + k}"))
+            for scheme in self.schemes
+            for k in range(self.seeds)
+        ]
+
+    def job(self, scheme: str, resume_from: Path | None, seed: int | None = None,
+            run_dir: Path | None = None) -> TrainJob:
         timeout = None if self.train_timeout_minutes is None else 60.0 * self.train_timeout_minutes
         return TrainJob(
             scheme=scheme,
-            run_dir=self.out_dir / scheme,
+            run_dir=run_dir if run_dir is not None else self.out_dir / scheme,
             data_dir=self.data_dir,
-            seed=self.seed,
+            seed=self.seed if seed is None else seed,
             budget_steps=self.budget_steps,
             budget_minutes=self.budget_minutes,
             val_every_steps=self.val_every_steps,
@@ -76,11 +91,11 @@ class AblationSettings:
             timeout_s=timeout,
         )
 
-    def training_settings(self) -> dict[str, Any]:
-        """What a scheme's result depends on (not the scheme list or output folder)."""
+    def training_settings(self, seed: int | None = None) -> dict[str, Any]:
+        """What a run's result depends on (not the scheme list or output folder)."""
         return {
             "data_dir": self.data_dir,
-            "seed": self.seed,
+            "seed": self.seed if seed is None else seed,
             "budget_steps": self.budget_steps,
             "budget_minutes": self.budget_minutes,
             "extra_overrides": list(self.extra_overrides),
@@ -125,8 +140,8 @@ class AblationRunner:
         """Every scheme in order; returns their results (the report is on disk)."""
         start = time.monotonic()
         results: list[SchemeResult] = []
-        for scheme in self.settings.schemes:
-            results.append(self.run_scheme(scheme))
+        for scheme, seed, run_dir in self.settings.runs():
+            results.append(self.run_scheme(scheme, seed, run_dir))
             self.write_outputs(results, time.monotonic() - start)
         report, plots = self.write_outputs(results, time.monotonic() - start)
         n_ok = sum(r.ok for r in results)
@@ -139,27 +154,33 @@ class AblationRunner:
     def report_only(self) -> list[SchemeResult]:
         """Rewrite the report from the finished schemes' markers (curves re-read); trains nothing."""
         results = []
-        for scheme in self.settings.schemes:
-            result = read_marker(self.settings.out_dir / scheme)
+        for scheme, seed, run_dir in self.settings.runs():
+            result = read_marker(run_dir)
             if result is None:
-                self.log(f"[ablate] {scheme}: no result yet (not in the report)")
+                self.log(f"[ablate] {run_dir.name}: no result yet (not in the report)")
                 continue
+            if result.seed is None:  # a marker written before results carried their seed
+                result.seed = seed
+            result.run_dir = str(run_dir)  # the folder may have moved since the marker was written
             if result.ok:
-                refresh_curves(result, self.settings.out_dir / scheme)
+                refresh_curves(result, run_dir)
             results.append(result)
         report, plots = self.write_outputs(results, 0.0)
         self.log(f"[ablate] report: {report}; plots: {', '.join(str(p) for p in plots) or '(none)'}")
         return results
 
-    def run_scheme(self, scheme: str) -> SchemeResult:
-        """Train (or resume) and evaluate one scheme; a finished scheme is read back instead."""
-        run_dir = self.settings.out_dir / scheme
+    def run_scheme(self, scheme: str, seed: int | None = None, run_dir: Path | None = None) -> SchemeResult:
+        """Train (or resume) and evaluate one run of a scheme; a finished run is read back instead."""
+        seed = self.settings.seed if seed is None else seed
+        run_dir = self.settings.out_dir / scheme if run_dir is None else run_dir
         previous = read_marker(run_dir)
         if previous is not None and previous.ok:
-            self.log(f"[ablate] {scheme}: skip (finished earlier, {run_dir / 'ablation_result.json'})")
+            self.log(f"[ablate] {run_dir.name}: skip (finished earlier, {run_dir / 'ablation_result.json'})")
+            if previous.seed is None:
+                previous.seed = seed
             changed = {
                 k: (previous.settings.get(k), v)
-                for k, v in self.settings.training_settings().items()
+                for k, v in self.settings.training_settings(seed).items()
                 if previous.settings and previous.settings.get(k) != v
             }
             if changed:
@@ -169,26 +190,27 @@ class AblationRunner:
                 )
             return previous
         start = time.monotonic()
-        trained = self._train(scheme, run_dir)
+        trained = self._train(scheme, run_dir, seed)
         result = trained if isinstance(trained, SchemeResult) else self._evaluate(scheme, run_dir, trained)
         result.wall_s = time.monotonic() - start
         result.run_dir = str(run_dir)
-        result.settings = self.settings.training_settings()
+        result.seed = seed
+        result.settings = self.settings.training_settings(seed)
         write_marker(run_dir, result)
         state = "done" if result.ok else f"FAILED in {result.failed_phase}: {result.error}"
-        self.log(f"[ablate] {scheme}: {state} ({_fmt_duration(result.wall_s)})")
+        self.log(f"[ablate] {run_dir.name}: {state} ({_fmt_duration(result.wall_s)})")
         return result
 
-    def _train(self, scheme: str, run_dir: Path) -> SchemeResult | TrainOutcome:
+    def _train(self, scheme: str, run_dir: Path, seed: int) -> SchemeResult | TrainOutcome:
         """Run the training phase; returns its outcome, or a failed result."""
         resume = find_checkpoint(run_dir)
         if resume is None and run_dir.exists():
             # A run that died before its first checkpoint: its step times and logs would
             # mix into the fresh run's, so they move aside (kept for the post-mortem).
-            stale = run_dir.with_name(f"{scheme}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+            stale = run_dir.with_name(f"{run_dir.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
             run_dir.rename(stale)
-            self.log(f"[ablate] {scheme}: no last.ckpt; moved the earlier attempt to {stale}")
-        job = self.settings.job(scheme, resume)
+            self.log(f"[ablate] {run_dir.name}: no last.ckpt; moved the earlier attempt to {stale}")
+        job = self.settings.job(scheme, resume, seed, run_dir)
         phase = "resume" if resume is not None else "train"
         budget = " + ".join(
             b
@@ -249,7 +271,8 @@ class AblationRunner:
             # Timings depend on what else runs on the machine: say how busy it was.
             "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at this write",
         }
-        pending = [s for s in self.settings.schemes if s not in {r.scheme for r in results}]
+        done = {Path(r.run_dir).name for r in results}
+        pending = [run_dir.name for _, _, run_dir in self.settings.runs() if run_dir.name not in done]
         if pending:
             settings["pending"] = ",".join(pending)
         report, _ = write_report(out, results, settings, [str(p) for p in plots])
