@@ -217,13 +217,18 @@ class ConformerEncoder(nn.Module):
         state.pending = y if state.pending is None else torch.cat([state.pending, y], dim=1)
 
     def _encode_chunk(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        """Run one chunk (B, c, D), c <= C, at absolute time ``state.time`` through all blocks."""
-        x = self.dropout(self.scheme.embed_input(x, state.time))
+        """Run one chunk (B, c, D), c <= C, at each row's absolute time through all blocks."""
+        if state.row_times is None:
+            x = self.scheme.embed_input(x, state.time)
+        else:  # rows at different stream times (stacked streams): absolute tables differ per row
+            x = torch.cat([self.scheme.embed_input(x[b : b + 1], t) for b, t in enumerate(state.row_times)])
+        x = self.dropout(x)
+        mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, kv, cache.conv = block(x, None, None, attn_cache, cache.conv)
+            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv)
             cache.store_attention(kv, state.cache_budget)
-        state.time += x.size(1)
+        state.advance_rows(x.size(1))
         return self.norm(x)
 
 
