@@ -1,0 +1,351 @@
+"""A Recognizer holding many audio streams over one model; whole chunks of all streams run batched.
+
+Axis legend: B streams in one batched step, T feature frames, F feature bins,
+C chunk (encoder frames), D model dim, V vocab.
+
+Flow (sherpa-onnx style): each :class:`Stream` takes audio with
+``accept_waveform`` (cheap: the samples are queued); :meth:`Recognizer.decode`
+turns queued audio into fbank frames, then runs every stream that holds a whole
+chunk (``window + rate * (C - 1)`` feature frames) through ONE batched
+``encoder.stream_step`` (states stacked by :mod:`asr.serve.batching`) and one
+CTC projection, and advances each stream's CTC prefix beam search and endpoint
+detector. A stream whose endpoint fires stops consuming audio until ``reset()``:
+its final result (attention-rescored n-best, word timestamps from the CTC
+alignment) is ready in ``result()``. ``reset()`` starts the next utterance with
+a fresh decoder while the encoder state goes on (continuous decoding; the memory
+stays bounded by ``left_chunks``). ``finish()`` marks the end of the audio; the
+next ``decode()`` flushes the last partial chunk and makes the final result.
+
+Threads: ``accept_waveform`` and ``finish`` may be called from any thread;
+``decode``, ``result``, ``reset`` and ``is_endpoint`` from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
+from asr.decode.rescoring import rescoring_scores
+from asr.serve.batching import split_state, stack_states
+from asr.serve.endpoint import EndpointConfig, EndpointDetector
+from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
+from asr.streaming.recognizer import IncrementalFbank
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One transcript: text, token ids and (final results only) words with stream times in seconds."""
+
+    text: str
+    tokens: tuple[int, ...]
+    words: tuple[Word, ...] = ()
+
+
+@dataclass(frozen=True)
+class Result:
+    """The current hypotheses of a stream's current utterance, best first.
+
+    is_final: the utterance ended (endpoint or end of audio) and was rescored.
+    segment: utterance index in the stream (continuous decoding counts up).
+    """
+
+    hyps: list[Hypothesis]
+    is_final: bool
+    segment: int
+
+    @property
+    def text(self) -> str:
+        return self.hyps[0].text if self.hyps else ""
+
+    @property
+    def words(self) -> tuple[Word, ...]:
+        return self.hyps[0].words if self.hyps else ()
+
+
+@dataclass
+class _Utterance:
+    """What the decoder keeps of the current utterance (cleared by ``reset``)."""
+
+    start_frame: int  # stream encoder time of its first frame
+    enc_out: list[torch.Tensor] = field(default_factory=list)  # (c, D) each, for rescoring
+    log_probs: list[torch.Tensor] = field(default_factory=list)  # (c, V) each, for alignment
+
+    @property
+    def frames(self) -> int:
+        return sum(x.size(0) for x in self.log_probs)
+
+
+class Stream:
+    """One audio stream of a :class:`Recognizer` (create it with ``Recognizer.create_stream``)."""
+
+    def __init__(self, recognizer: Recognizer) -> None:
+        self._rec = recognizer
+        self._lock = threading.Lock()
+        self._inbox: list[torch.Tensor] = []
+        self._inbox_samples = 0
+        self._input_finished = False
+        self._fbank = IncrementalFbank(recognizer.extractor)
+        self._feats: torch.Tensor | None = None  # (T, F) raw fbank frames from the next chunk's start
+        self._state = recognizer.model.encoder.init_state(1, recognizer.chunk_size, recognizer.left_chunks)
+        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id)
+        self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
+        self._utt = _Utterance(start_frame=0)
+        self._segment = 0
+        self._final: Result | None = None  # set when the utterance ended
+        self._done = False  # audio finished and flushed
+        self.new_frames = 0  # encoder frames decoded by the last decode() (partial result changed)
+
+    # ---- any thread ----------------------------------------------------------
+
+    def accept_waveform(self, sample_rate: int, samples) -> None:
+        """Queue mono samples (n,) float in [-1, 1] at the model's sample rate."""
+        if sample_rate != self._rec.extractor.sample_rate:
+            raise ValueError(
+                f"sample_rate {sample_rate} differs from the model's {self._rec.extractor.sample_rate}; "
+                f"resample the audio first."
+            )
+        samples = torch.as_tensor(samples, dtype=torch.float32)
+        if samples.dim() != 1:
+            raise ValueError(f"samples must be 1-D (n,) mono, got shape {tuple(samples.shape)}.")
+        with self._lock:
+            if self._input_finished:
+                raise ValueError("finish() was called on this stream; create a new stream for new audio.")
+            self._inbox.append(samples)
+            self._inbox_samples += samples.numel()
+
+    def finish(self) -> None:
+        """No more audio: the next ``decode()`` flushes the stream and makes its final result."""
+        with self._lock:
+            self._input_finished = True
+
+    @property
+    def backlog_s(self) -> float:
+        """Seconds of audio received but not yet encoded (queued samples and fbank frames)."""
+        frames = 0 if self._feats is None else self._feats.size(0)
+        return self._inbox_samples / self._rec.extractor.sample_rate + frames * self._rec.feature_shift_s
+
+    # ---- decoding thread ------------------------------------------------------
+
+    def is_endpoint(self) -> bool:
+        """The current utterance ended at an endpoint; ``result()`` is final until ``reset()``."""
+        return self._final is not None and not self._done
+
+    def is_done(self) -> bool:
+        """The audio was finished and fully decoded; ``result()`` is the last final result."""
+        return self._done
+
+    def result(self, nbest: int = 1) -> Result:
+        """The current utterance: the final result if it ended, else the partial CTC n-best (no word times)."""
+        if nbest < 1:
+            raise ValueError(f"nbest ({nbest}) must be >= 1.")
+        if self._final is not None:
+            return Result(self._final.hyps[:nbest], True, self._final.segment)
+        decode = self._rec.tokenizer.decode
+        hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in self._search.nbest()[:nbest]]
+        return Result(hyps or [Hypothesis("", ())], False, self._segment)
+
+    def reset(self) -> None:
+        """Start the next utterance: fresh decoder and endpoint counters, the encoder state goes on."""
+        if self._done:
+            raise ValueError("this stream is finished; create a new stream for new audio.")
+        self._search.reset()
+        self._endpoint.reset()
+        self._utt = _Utterance(start_frame=self._state.time)
+        self._final = None
+        self._segment += 1
+
+    # ---- internals (decoding thread) -----------------------------------------
+
+    def _pull_audio(self) -> None:
+        with self._lock:
+            pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
+        if not pieces:
+            return
+        feats = self._fbank.accept(torch.cat(pieces))  # (T, F) or None
+        if feats is not None:
+            self._feats = feats if self._feats is None else torch.cat([self._feats, feats])
+
+    def _has_chunk(self) -> bool:
+        return (
+            self._final is None and self._feats is not None and self._feats.size(0) >= self._rec.chunk_span
+        )
+
+    def _needs_flush(self) -> bool:
+        with self._lock:
+            finished = self._input_finished and not self._inbox
+        return finished and self._final is None and not self._done and not self._has_chunk()
+
+    def _take_chunk(self) -> torch.Tensor:
+        """(span, F) features of the next chunk; drops the frames no later chunk needs."""
+        span, step = self._rec.chunk_span, self._rec.chunk_step
+        chunk = self._feats[:span]
+        rest = self._feats[step:]
+        self._feats = rest if rest.size(0) > 0 else None
+        return chunk
+
+    def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor) -> None:
+        """Decode c new frames: enc_out (c, D), log_probs (c, V)."""
+        self._utt.enc_out.append(enc_out)
+        self._utt.log_probs.append(log_probs)
+        self._search.advance(log_probs)
+        self._endpoint.advance(log_probs)
+        self.new_frames += enc_out.size(0)
+        if self._endpoint.is_endpoint():
+            self._final = self._rec._final_result(self)
+
+    def _flush(self) -> None:
+        """Encode the last partial chunk and make the final result (end of audio)."""
+        rec = self._rec
+        feats = self._feats if self._feats is not None else torch.zeros(0, rec.num_bins)
+        self._feats = None
+        out, self._state = rec.model.encoder.stream_step(feats[None].to(rec.device), self._state, final=True)
+        if out.size(1) > 0:
+            self._consume(out[0], rec.model.ctc_log_probs(out)[0])
+        if self._final is None:  # the flushed frames may themselves have ended at an endpoint
+            self._final = rec._final_result(self)
+        self._done = True
+
+
+class Recognizer:
+    """Many streams over one ``AsrModel`` with a causal encoder.
+
+    Args:
+        model: ``AsrModel`` (put in eval mode here).
+        tokenizer: ``decode(ids) -> str`` and ``id_to_piece(id) -> str`` ("▁" starts a word).
+        chunk_size: C encoder frames per chunk (> 0).
+        left_chunks: chunks of attention memory (-1: all; unbounded memory on long streams).
+        beam: CTC prefix beam width and n-best size for rescoring.
+        ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
+        endpoint: endpoint rules (on by default).
+        extractor: feature extractor (default ``asr.data.features.FbankExtractor()``).
+        max_batch: most streams in one batched step.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        chunk_size: int = 16,
+        left_chunks: int = 4,
+        beam: int = 4,
+        ctc_weight: float = 0.5,
+        reverse_weight: float = 0.0,
+        endpoint: EndpointConfig | None = None,
+        extractor=None,
+        max_batch: int = 64,
+    ) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
+        if beam < 1 or max_batch < 1:
+            raise ValueError(f"beam ({beam}) and max_batch ({max_batch}) must be >= 1.")
+        if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
+            raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
+        if extractor is None:
+            from asr.data.features import FbankExtractor
+
+            extractor = FbankExtractor(num_mel_bins=model.encoder.input_dim)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        self.left_chunks = left_chunks
+        self.beam = beam
+        self.ctc_weight = ctc_weight
+        self.reverse_weight = reverse_weight
+        self.endpoint = endpoint if endpoint is not None else EndpointConfig()
+        self.extractor = extractor
+        self.max_batch = max_batch
+        encoder = model.encoder
+        encoder.init_state(1, chunk_size, left_chunks)  # validates the chunk arguments and causality now
+        self.num_bins = encoder.input_dim
+        sub = encoder.subsampling
+        # Feature frames behind one chunk of C encoder frames, and the frames a chunk moves on by.
+        self.chunk_span = sub.window + sub.rate * (chunk_size - 1)
+        self.chunk_step = sub.rate * chunk_size
+        self.feature_shift_s = extractor.shift_samples / extractor.sample_rate
+        self.frame_s = sub.rate * self.feature_shift_s  # seconds per encoder frame
+        self.streams: list[Stream] = []
+        self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def create_stream(self) -> Stream:
+        stream = Stream(self)
+        self.streams.append(stream)
+        return stream
+
+    def remove_stream(self, stream: Stream) -> None:
+        """Forget a stream (a closed connection); its memory is freed with it."""
+        if stream in self.streams:
+            self.streams.remove(stream)
+
+    def has_work(self) -> bool:
+        """Some stream has a whole chunk or a finished input to flush (after its queued audio is pulled)."""
+        return any(s._has_chunk() or s._needs_flush() for s in self.streams)
+
+    @torch.no_grad()
+    def decode(self) -> list[Stream]:
+        """Decode everything the streams can decode now; returns the streams whose result changed."""
+        for stream in self.streams:
+            stream.new_frames = 0
+            stream._pull_audio()
+        changed: list[Stream] = []
+        while True:
+            ready = [s for s in self.streams if s._has_chunk()]
+            if not ready:
+                break
+            for start in range(0, len(ready), self.max_batch):
+                self._step(ready[start : start + self.max_batch])
+            changed += [s for s in ready if s not in changed]
+        for stream in self.streams:
+            if stream._needs_flush():
+                stream._flush()
+                if stream not in changed:
+                    changed.append(stream)
+        return changed
+
+    def _step(self, streams: list[Stream]) -> None:
+        """One chunk of every stream in ``streams`` as one batched stream_step."""
+        feats = torch.stack([s._take_chunk() for s in streams]).to(self.device)  # (B, span, F)
+        state = stack_states([s._state for s in streams])
+        out, state = self.model.encoder.stream_step(feats, state)  # (B, C, D)
+        state.feats = None  # each stream keeps its own feature overlap (its next chunk starts at `step`)
+        log_probs = self.model.ctc_log_probs(out)  # (B, C, V)
+        for row, (stream, row_state) in enumerate(zip(streams, split_state(state))):
+            stream._state = row_state
+            # Clones: a view would keep the whole (B, C, *) batch alive for the utterance.
+            stream._consume(out[row].clone(), log_probs[row].clone())
+        self.batch_sizes.append(len(streams))
+
+    def _word_piece(self, token: int) -> str:
+        """The token's piece for word grouping; "" for specials the tokenizer leaves out of text (<unk>)."""
+        piece = self.tokenizer.id_to_piece(token)
+        if piece.strip(WORD_START) and not self.tokenizer.decode([token]):
+            return ""
+        return piece
+
+    def _final_result(self, stream: Stream) -> Result:
+        """Rescore the utterance's CTC n-best and time its words."""
+        utt = stream._utt
+        nbest = stream._search.nbest()
+        if not nbest or utt.frames == 0:
+            return Result([Hypothesis("", ())], True, stream._segment)
+        if self.model.decoder is not None:
+            enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
+            scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight,
+                                      self.reverse_weight)
+            order = scores.argsort(descending=True).tolist()
+            nbest = [nbest[i] for i in order]
+        log_probs = torch.cat(utt.log_probs)  # (T', V)
+        offset_s = utt.start_frame * self.frame_s
+        hyps = []
+        for tokens, _ in nbest:
+            spans = ctc_align(log_probs, tokens, self.model.blank_id)
+            pieces = [self._word_piece(t) for t in tokens]
+            words = word_times(pieces, spans, self.frame_s, offset_s)
+            hyps.append(Hypothesis(self.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
+        return Result(hyps, True, stream._segment)

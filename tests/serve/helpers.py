@@ -1,0 +1,38 @@
+"""A tiny random model, a char tokenizer and test audio shared by the serving tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from asr.data.tokenizer import load_tokenizer, write_char_units
+from asr.model.asr_model import build_asr_model
+
+N_MELS = 80
+
+
+def tiny_tokenizer(folder: Path):
+    return load_tokenizer(write_char_units(["abc de fgh"], folder))
+
+
+def model_kwargs(tokenizer, pos_enc: str = "rel_xl") -> dict:
+    return dict(
+        vocab_size=tokenizer.vocab_size, sos_eos_id=tokenizer.sos_eos_id, blank_id=tokenizer.blank_id,
+        encoder_kwargs=dict(pos_enc=pos_enc, input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2, ffn_dim=64,
+                            conv_kernel=3, causal=True),
+        decoder_layers=1, r2l_decoder_layers=0, decoder_heads=2, decoder_ffn_dim=64,
+    )
+
+
+def tiny_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0):
+    torch.manual_seed(seed)
+    model = build_asr_model(**model_kwargs(tokenizer, pos_enc))
+    # Fbank values near zero mean, so the random model emits tokens as well as blanks.
+    model.encoder.set_cmvn(torch.full((N_MELS,), -5.0), torch.full((N_MELS,), 0.5))
+    return model.eval()
+
+
+def noise(seconds: float, seed: int, sample_rate: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return 0.1 * torch.randn(int(seconds * sample_rate), generator=g)

@@ -1,0 +1,157 @@
+"""Many-stream Recognizer: interleaved streams equal each stream decoded alone; endpoints; continuous decoding."""
+
+import copy
+
+import pytest
+import torch
+
+from asr.data.features import SAMPLE_RATE, FbankExtractor
+from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
+from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.serve.recognizer import Recognizer
+from asr.streaming.recognizer import StreamingRecognizer
+from tests.serve.helpers import noise, tiny_model, tiny_tokenizer
+
+torch.set_num_threads(1)
+C, LEFT = 4, 2
+NO_ENDPOINT = EndpointConfig(enabled=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_model(tokenizer)
+
+
+def pieces(wave: torch.Tensor, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    start = 0
+    while start < wave.numel():
+        n = int(torch.randint(2000, 8000, (1,), generator=g))
+        yield wave[start : start + n]
+        start += n
+
+
+def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
+    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    waves = [noise(s, seed, SAMPLE_RATE) for seed, s in enumerate([2.0, 1.3, 2.6])]
+    feeds = [list(pieces(w, i)) for i, w in enumerate(waves)]
+    streams = [rec.create_stream() for _ in waves]
+    joins = [0, 3, 5]  # rounds at which each stream starts sending
+    for round_ in range(200):
+        for i, stream in enumerate(streams):
+            if round_ >= joins[i] and feeds[i]:
+                stream.accept_waveform(SAMPLE_RATE, feeds[i].pop(0))
+                if not feeds[i]:
+                    stream.finish()
+        rec.decode()
+        if all(s.is_done() for s in streams):
+            break
+    assert all(s.is_done() for s in streams)
+    assert max(rec.batch_sizes) == len(streams)
+    extractor = FbankExtractor()
+    for wave, stream in zip(waves, streams):
+        feats = extractor(wave)[None]  # (1, T, F)
+        enc, _ = model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
+        full_lp = model.ctc_log_probs(enc)[0]  # (T', V)
+        got_lp = torch.cat(stream._utt.log_probs)
+        assert got_lp.shape == full_lp.shape
+        assert torch.allclose(got_lp, full_lp, atol=1e-4)
+        # The same text as the single-stream recognizer (same beam and rescoring weights).
+        alone = StreamingRecognizer(model, tokenizer, C, LEFT, beam=3, ctc_weight=0.5)
+        alone.accept_waveform(wave)
+        result = stream.result()
+        assert result.is_final and result.text == alone.finalize()
+        assert list(result.hyps[0].tokens) == alone.final_tokens
+        assert result.text  # the random model does emit tokens, so the comparison meant something
+
+
+def test_final_words_come_from_the_alignment(model, tokenizer):
+    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    stream = rec.create_stream()
+    stream.accept_waveform(SAMPLE_RATE, noise(2.0, 7, SAMPLE_RATE))
+    stream.finish()
+    rec.decode()
+    result = stream.result(nbest=2)
+    assert result.is_final and len(result.hyps) == 2
+    words = result.words
+    assert "".join(w.word for w in words) == result.text.replace(" ", "")
+    assert all(0.0 <= w.start < w.end <= 2.0 for w in words)
+    assert all(a.end <= b.start for a, b in zip(words, words[1:]))
+    # A word ends on an encoder-frame boundary (40 ms frames for 4x subsampling of 10 ms frames).
+    assert all(abs(w.end / rec.frame_s - round(w.end / rec.frame_s)) < 1e-6 for w in words)
+    # Partials carry no word times; the best partial is the CTC prefix-beam best.
+    partial = rec.create_stream()
+    partial.accept_waveform(SAMPLE_RATE, noise(1.0, 7, SAMPLE_RATE))
+    rec.decode()
+    lp = torch.cat(partial._utt.log_probs)
+    assert not partial.result().is_final and partial.result().words == ()
+    assert list(partial.result().hyps[0].tokens) == ctc_prefix_beam_search(lp, 3, model.blank_id)[0][0]
+
+
+def biased(model, blank_logit: float):
+    """A copy of the model whose CTC head always (+) or never (-) prefers blank."""
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        clone.ctc_proj.bias[model.blank_id] += blank_logit
+    return clone
+
+
+def run(rec, stream, wave, piece=3200):
+    """Feed real-time pieces; reset at every endpoint (continuous decoding); return the final results."""
+    finals = []
+    for start in range(0, wave.numel(), piece):
+        stream.accept_waveform(SAMPLE_RATE, wave[start : start + piece])
+        while True:
+            rec.decode()
+            if not stream.is_endpoint():
+                break
+            finals.append(stream.result())
+            stream.reset()
+    stream.finish()
+    rec.decode()
+    finals.append(stream.result())
+    return finals
+
+
+def test_no_speech_endpoints_every_five_seconds(model, tokenizer):
+    rec = Recognizer(biased(model, 100.0), tokenizer, chunk_size=C, left_chunks=LEFT)
+    finals = run(rec, rec.create_stream(), noise(12.0, 1, SAMPLE_RATE))
+    assert [f.segment for f in finals] == [0, 1, 2]
+    assert all(f.is_final and f.text == "" for f in finals)
+
+
+def test_max_utterance_rule_splits_continuous_speech(model, tokenizer):
+    endpoint = EndpointConfig(rules=(EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.0,
+                                                  min_utterance_s=2.0),))
+    rec = Recognizer(biased(model, -100.0), tokenizer, chunk_size=C, left_chunks=LEFT, endpoint=endpoint)
+    stream = rec.create_stream()
+    finals = run(rec, stream, noise(5.0, 2, SAMPLE_RATE))
+    assert [f.segment for f in finals] == [0, 1, 2]
+    # Chunks of 4 frames = 0.16 s: each segment ends at the first chunk border at or past 2 s.
+    first, second = finals[0].words, finals[1].words
+    assert first and second
+    assert first[-1].end <= 2.08 + 1e-6 and second[0].start >= 2.08 - 1e-6 and second[-1].end <= 4.16 + 1e-6
+    # The encoder state went on: 5 s of audio gave all its frames, bounded memory.
+    assert stream._state.time == model.encoder.output_length(FbankExtractor().num_frames(5 * SAMPLE_RATE))
+    assert max(layer.cached_frames for layer in stream._state.layers) <= LEFT * C
+
+
+def test_bad_input_is_rejected(model, tokenizer):
+    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT)
+    stream = rec.create_stream()
+    with pytest.raises(ValueError, match="sample_rate"):
+        stream.accept_waveform(SAMPLE_RATE // 2, torch.zeros(10))
+    with pytest.raises(ValueError, match="mono"):
+        stream.accept_waveform(SAMPLE_RATE, torch.zeros(2, 10))
+    stream.finish()
+    with pytest.raises(ValueError, match="finish"):
+        stream.accept_waveform(SAMPLE_RATE, torch.zeros(10))
+    rec.decode()
+    assert stream.is_done() and stream.result().text == ""
+    with pytest.raises(ValueError, match="finished"):
+        stream.reset()
