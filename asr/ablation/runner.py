@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
+from asr.ablation.evaluate import WER_SETTINGS
 from asr.ablation.plots import write_plots
 from asr.ablation.report import write_report
 from asr.ablation.results import (
@@ -262,7 +264,8 @@ class AblationRunner:
     def write_outputs(self, results: Sequence[SchemeResult], elapsed_s: float) -> tuple[Path, list[Path]]:
         """Rewrite report.md, results.json and the plots for the results so far."""
         out = self.settings.out_dir
-        plots = write_plots(results, out)
+        analysis = analyze(results, list(WER_SETTINGS))  # the bootstrap, once for report and plots
+        plots = write_plots(results, out, analysis)
         settings = {
             **self.settings.describe(),
             "elapsed (this invocation)": _fmt_duration(elapsed_s),
@@ -275,7 +278,7 @@ class AblationRunner:
         pending = [run_dir.name for _, _, run_dir in self.settings.runs() if run_dir.name not in done]
         if pending:
             settings["pending"] = ",".join(pending)
-        report, _ = write_report(out, results, settings, [str(p) for p in plots])
+        report, _ = write_report(out, results, settings, [str(p) for p in plots], analysis)
         return report, plots
 
 

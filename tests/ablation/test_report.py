@@ -1,8 +1,13 @@
-"""Report builder: table rows, failed runs, per-metric failures, results.json, plots."""
+"""Report builder: table rows, failed runs, per-metric failures, results.json, plots,
+intervals and findings from per-utterance records, n/a cells for lengths past a table."""
 
 import json
 from pathlib import Path
 
+import numpy as np
+
+from asr.ablation.analysis import records_path
+from asr.ablation.evaluate import NOT_APPLICABLE, WER_SETTINGS
 from asr.ablation.plots import write_plots
 from asr.ablation.report import markdown_table, write_report
 from asr.ablation.results import METRIC_KEYS, METRICS, SchemeResult, failed_result
@@ -37,7 +42,7 @@ def test_failed_run_row_shows_failed_and_the_error_last_line(tmp_path: Path) -> 
     results = [_ok("rel_xl", 10.0), failed_result("shaw", "train", traceback)]
     report, _ = write_report(tmp_path, results, {"budget_steps": 5})
     text = report.read_text()
-    rows = _table_rows(text.split("## Results")[1].split("\n\n")[1])
+    rows = _table_rows(text.split("## Runs")[1].split("\n\n")[1])
     assert rows["shaw"][1] == "failed (train)"
     assert all(cell == "failed" for cell in rows["shaw"][2:])
     assert "`shaw` failed in train: `RuntimeError: loss is nan at step 7`" in text
@@ -71,7 +76,8 @@ def test_plots_are_written_and_skip_failed_runs(tmp_path: Path) -> None:
     results[1].metrics["wer_probe160_full"] = None
     paths = write_plots(results, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == ["learning_curves.png", "speed_memory.png", "wer_by_scheme.png"]
+    # Without per-utterance records there are no intervals: only the run-level plots.
+    assert names == ["learning_curves.png", "speed_memory.png"]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert write_plots([failed_result("shaw", "train", "boom")], tmp_path / "none") == []
@@ -103,3 +109,66 @@ def test_report_states_the_cuts_used_and_the_skips(tmp_path: Path) -> None:
                                      "error": "FileNotFoundError: manifest not found"}}
     text = write_report(tmp_path, [unreadable], {})[0].read_text()
     assert "- long: `cuts_long.jsonl.gz` could not be read: `FileNotFoundError: manifest not found`" in text
+
+
+def _records(run_dir: Path, metric: str, errors: list[int], words: int = 10) -> None:
+    path = records_path(run_dir, metric)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"key": f"u{i:03d}", "ref_words": words, "word_errors": e} for i, e in enumerate(errors)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _measured_run(tmp_path: Path, scheme: str, errors: list[int], seed: int = 0) -> SchemeResult:
+    """A finished run whose every WER measurement has the same per-utterance errors."""
+    run_dir = tmp_path / (scheme if seed == 0 else f"{scheme}-seed{seed}")
+    result = _ok(scheme, 10.0)
+    result.run_dir, result.seed = str(run_dir), seed
+    for metric in WER_SETTINGS:
+        _records(run_dir, metric, errors)
+    return result
+
+
+def test_report_gives_intervals_and_states_only_resolved_findings(tmp_path: Path) -> None:
+    base = np.random.default_rng(0).integers(1, 4, size=60).tolist()
+    worse = [e + 3 for e in base]  # 3 more errors on every utterance: resolved
+    near = [e + (1 if i % 2 else -1) for i, e in enumerate(base)]  # +-1 alternating, one extra: not resolved
+    near[0] += 1
+    results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "abs_sin", worse),
+               _measured_run(tmp_path, "rope", near)]
+    # abs_learned could not run the 160 s probes: n/a in its table cells, a gap in the plot.
+    learned = _measured_run(tmp_path, "abs_learned", base)
+    for context in ("full", "c16"):
+        records_path(learned.run_dir, f"wer_probe160_{context}").unlink()
+        learned.metric_errors[f"wer_probe160_{context}"] = f"{NOT_APPLICABLE} (TooLongForTable: max_len=5000)"
+    results.append(learned)
+    report, _ = write_report(tmp_path, results, {})
+    text = report.read_text()
+    findings = text.split("## Findings")[1].split("##")[0]
+    assert "`abs_sin` has a higher (worse) WER than `rel_xl` on test WER (rescoring, full context) " \
+           "(+30.00 points" in findings
+    assert "`rope`" in findings and "not resolved" in findings.lower()
+    assert "`rope` has a" not in findings  # no direction without a resolved interval
+    assert f"`abs_learned` cannot run 160 s passages: {NOT_APPLICABLE}" in findings
+    main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
+    expected = 100 * sum(base) / (10 * len(base))
+    assert main["rel_xl"][2].startswith(f"{expected:.2f} [") and main["rel_xl"][3] == "reference"
+    assert main["abs_sin"][3].startswith("+30.00 [+30.00, +30.00], p=0.000")
+    lengths = _table_rows(text.split("## Length extrapolation")[1].split("\n\n")[2])
+    assert lengths["abs_learned"][-1] == NOT_APPLICABLE and lengths["rel_xl"][-1].startswith(f"{expected:.2f}")
+    chunk_header = text.split("## Streaming trade-off")[1].split("\n\n")[1].splitlines()[0]
+    assert "C4/L16 (160 ms)" in chunk_header and "C32/L2 (1280 ms)" in chunk_header
+    names = sorted(p.name for p in write_plots(results, tmp_path / "plots"))
+    assert names == ["learning_curves.png", "speed_memory.png", "wer_intervals.png", "wer_vs_chunk.png",
+                     "wer_vs_length.png"]
+
+
+def test_seeds_are_pooled_and_their_spread_shown(tmp_path: Path) -> None:
+    a = [1, 2, 0, 3] * 10
+    b = [2, 2, 1, 3] * 10
+    results = [_measured_run(tmp_path, "rel_xl", a, seed=0), _measured_run(tmp_path, "rel_xl", b, seed=1)]
+    text = write_report(tmp_path, results, {})[0].read_text()
+    main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
+    wer_a, wer_b = 100 * sum(a) / 400, 100 * sum(b) / 400
+    assert main["rel_xl"][1] == "2" and main["rel_xl"][6] == f"{wer_a:.2f}, {wer_b:.2f}"
+    assert main["rel_xl"][2].startswith(f"{(wer_a + wer_b) / 2:.2f} [")  # pooled = mean of the seeds
+    assert f"`rel_xl` {wer_a:.2f}-{wer_b:.2f} (2 seeds)" in text

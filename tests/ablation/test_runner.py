@@ -141,3 +141,24 @@ def test_a_run_that_died_before_any_checkpoint_restarts_clean(tmp_path: Path) ->
     assert not (dead / "step_times.csv").exists()
     stale = [p for p in tmp_path.iterdir() if p.name.startswith("rel_xl.stale-")]
     assert len(stale) == 1 and (stale[0] / "step_times.csv").read_text() == "1,9.0\n2,9.0\n"
+
+
+def test_seeds_train_one_run_per_seed_in_its_own_folder(tmp_path: Path) -> None:
+    settings = AblationSettings(out_dir=tmp_path, data_dir="data/synth", schemes=("rel_xl", "shaw"), seed=7,
+                                seeds=2, budget_steps=10)
+    trainer = FakeTrainer()
+    results = AblationRunner(settings, _evaluate, lambda _: (0.25, 10), train_fn=trainer, log=lambda _: None).run()
+    # The first seed keeps the one-seed folder name, so a one-seed ablation can grow seeds later.
+    assert [(j.scheme, j.seed, j.run_dir.name) for j in trainer.jobs] == [
+        ("rel_xl", 7, "rel_xl"), ("rel_xl", 8, "rel_xl-seed8"), ("shaw", 7, "shaw"), ("shaw", 8, "shaw-seed8"),
+    ]
+    assert [(r.scheme, r.seed, Path(r.run_dir).name) for r in results] == [
+        ("rel_xl", 7, "rel_xl"), ("rel_xl", 8, "rel_xl-seed8"), ("shaw", 7, "shaw"), ("shaw", 8, "shaw-seed8"),
+    ]
+    assert read_marker(tmp_path / "shaw-seed8").settings["seed"] == 8
+    # report-only finds every seed's marker; nothing is trained again.
+    again = FakeTrainer()
+    rebuilt = AblationRunner(settings, _evaluate, lambda _: (0.25, 10), train_fn=again, log=lambda _: None)
+    assert [r.seed for r in rebuilt.report_only()] == [7, 8, 7, 8] and again.jobs == []
+    with pytest.raises(ValueError, match=r"seeds \(0\)"):
+        AblationSettings(out_dir=tmp_path, data_dir="d", seeds=0, budget_steps=1)
