@@ -110,8 +110,16 @@ def load_splits(cfg: EvalConfig, log=print) -> tuple[dict[str, EvalSet], dict[st
             sets["test"] = loaded
             continue
         by_length: dict[int, list[Utterance]] = {}
+        unnamed = 0
         for utt in loaded.utterances:
-            by_length.setdefault(probe_target(utt.key), []).append(utt)
+            try:
+                by_length.setdefault(probe_target(utt.key), []).append(utt)
+            except ValueError:  # a cut the probe builder did not write: counted, not guessed
+                unnamed += 1
+        if unnamed:
+            eval_data[name]["skipped"]["not_a_probe_id"] = unnamed
+            eval_data[name]["utterances"] -= unnamed
+            log(f"[ablate]   {name}: {unnamed} cuts without a probe id (probe<seconds>-<index>) skipped")
         eval_data[name]["per_length"] = {str(s): len(u) for s, u in sorted(by_length.items())}
         for seconds in PROBE_LENGTHS:
             sets[f"probe{seconds}"] = EvalSet(by_length.get(seconds, []))

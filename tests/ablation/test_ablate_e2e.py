@@ -1,4 +1,4 @@
-"""scripts/ablate.py end to end: two schemes, a few steps, a tiny noise corpus with a long split."""
+"""scripts/ablate.py end to end: two schemes, a few steps, a tiny noise corpus with a probe split."""
 
 import json
 import random
@@ -11,14 +11,17 @@ import soundfile as sf
 from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
 from asr.ablation.results import METRIC_KEYS, METRICS, read_marker
+from asr.data.features import SAMPLE_RATE
+from asr.data.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
 from asr.data.tokenizer import write_char_units
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import ablate  # noqa: E402
 
 WORDS = ["red", "green", "blue", "stone", "river", "light"]
-# (split, utterances, min seconds, max seconds): "long" outlasts every training utterance.
-SPLITS = (("train", 16, 0.5, 1.2), ("dev", 3, 0.5, 1.2), ("test", 3, 0.5, 1.2), ("long", 2, 2.5, 3.0))
+# (split, utterances, min seconds, max seconds): "probe" outlasts every training utterance;
+# it has one cut per probe length (ids say the target; the audio stays short to keep this fast).
+SPLITS = (("train", 16, 0.5, 1.2), ("dev", 3, 0.5, 1.2), ("test", 3, 0.5, 1.2), ("probe", len(PROBE_LENGTHS), 2.5, 3.0))
 
 
 def make_corpus(root: Path, seed: int = 0) -> Path:
@@ -29,16 +32,19 @@ def make_corpus(root: Path, seed: int = 0) -> Path:
     for split, count, low, high in SPLITS:
         recordings, supervisions = [], []
         for i in range(count):
-            key = f"{split}-{i:03d}"
-            samples = np.random.default_rng(rng.randrange(1 << 30)).normal(0, 0.1, int(rng.uniform(low, high) * 16000))
-            sf.write(root / "audio" / f"{key}.wav", samples.astype(np.float32), 16000)
+            key = probe_id(PROBE_LENGTHS[i], 0) if split == "probe" else f"{split}-{i:03d}"
+            seconds = rng.uniform(low, high)
+            samples = np.random.default_rng(rng.randrange(1 << 30)).normal(0, 0.1, int(seconds * SAMPLE_RATE))
+            sf.write(root / "audio" / f"{key}.wav", samples.astype(np.float32), SAMPLE_RATE)
             rec = Recording.from_file(root / "audio" / f"{key}.wav", recording_id=key)
             text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
             texts.append(text)
             recordings.append(rec)
             supervisions.append(SupervisionSegment(key, key, 0.0, rec.duration, text=text))
         cuts = CutSet.from_manifests(RecordingSet.from_recordings(recordings), SupervisionSet.from_segments(supervisions))
-        cuts.to_file(root / f"cuts_{split}.jsonl.gz")
+        if split == "probe":  # the probe ids are the cut ids, as asr.data.probes writes them
+            cuts = cuts.modify_ids(lambda cut_id: cut_id.rsplit("-", 1)[0])
+        cuts.to_file(root / (PROBE_FILE if split == "probe" else f"cuts_{split}.jsonl.gz"))
     write_char_units(texts, root / "tokenizer")
     (root / "cmvn.json").write_text(json.dumps({"mean": [0.0] * 80, "istd": [0.3] * 80, "frames": 1}))
     return root
@@ -84,7 +90,8 @@ def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
     for result in data["schemes"]:
         assert all(result["metrics"][key] is not None for key in METRIC_KEYS), result
         assert len(result["curve"]) >= 2  # validation every 2 of 4 steps
-    for name in ("learning_curves.png", "wer_by_scheme.png", "speed_memory.png"):
+    for name in ("learning_curves.png", "wer_intervals.png", "wer_vs_chunk.png", "wer_vs_length.png",
+                 "speed_memory.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
 
 
@@ -103,7 +110,7 @@ def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys
     assert args.train_timeout_minutes == 2 * ablate.DEFAULT_BUDGET_MINUTES + 5
     assert ablate.parse_args(["--budget-minutes", "30"]).budget_steps is None
     assert args.schemes.split(",") == ["rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"]
-    assert ablate.parse_args(["--budget-steps", "60"]).val_every == 10
+    assert ablate.parse_args(["--budget-steps", "60"]).val_every == 12
     with pytest.raises(SystemExit):
         ablate.parse_args(["rel_xl"])
     assert "key=value" in capsys.readouterr().err

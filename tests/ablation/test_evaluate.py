@@ -86,12 +86,14 @@ def _write_manifest(root, ids: list[str], path) -> None:
 def test_load_splits_groups_probes_by_target_length(tmp_path) -> None:
     _write_manifest(tmp_path, ["t0", "t1", "t2"], tmp_path / "cuts_test.jsonl.gz")
     ids = [probe_id(5, 0), probe_id(5, 1), probe_id(10, 0)]
-    _write_manifest(tmp_path, ids, tmp_path / PROBE_FILE)
+    _write_manifest(tmp_path, [*ids, "stray-cut"], tmp_path / PROBE_FILE)
     sets, data, split_errors = load_splits(EvalConfig(data_dir=str(tmp_path), max_utts=2), log=lambda _: None)
     assert [u.key for u in sets["test"].utterances] == ["t0", "t1"]
     assert [u.key for u in sets["probe5"].utterances] == ids[:2]
     assert [u.key for u in sets["probe10"].utterances] == ids[2:]
     assert data["probe"]["per_length"] == {"5": 2, "10": 1} and data["test"]["max_utts"] == 2
+    # A cut the probe builder did not write is counted, not assigned a length.
+    assert data["probe"]["skipped"] == {"not_a_probe_id": 1} and data["probe"]["utterances"] == 3
     missing = [s for s in PROBE_LENGTHS if s not in (5, 10)]
     assert sorted(k for k in split_errors) == sorted(f"probe{s}" for s in missing)
     assert "no 160 s probes" in split_errors["probe160"]
