@@ -267,6 +267,7 @@ class Recognizer:
         self.feature_shift_s = extractor.shift_samples / extractor.sample_rate
         self.frame_s = sub.rate * self.feature_shift_s  # seconds per encoder frame
         self.streams: list[Stream] = []
+        self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
         self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
 
     @property
@@ -275,33 +276,40 @@ class Recognizer:
 
     def create_stream(self) -> Stream:
         stream = Stream(self)
-        self.streams.append(stream)
+        with self._streams_lock:
+            self.streams.append(stream)
         return stream
 
     def remove_stream(self, stream: Stream) -> None:
         """Forget a stream (a closed connection); its memory is freed with it."""
-        if stream in self.streams:
-            self.streams.remove(stream)
+        with self._streams_lock:
+            if stream in self.streams:
+                self.streams.remove(stream)
 
     def has_work(self) -> bool:
         """Some stream has a whole chunk or a finished input to flush (after its queued audio is pulled)."""
-        return any(s._has_chunk() or s._needs_flush() for s in self.streams)
+        return any(s._has_chunk() or s._needs_flush() for s in self._snapshot())
+
+    def _snapshot(self) -> list[Stream]:
+        with self._streams_lock:
+            return list(self.streams)
 
     @torch.no_grad()
     def decode(self) -> list[Stream]:
         """Decode everything the streams can decode now; returns the streams whose result changed."""
-        for stream in self.streams:
+        streams = self._snapshot()
+        for stream in streams:
             stream.new_frames = 0
             stream._pull_audio()
         changed: list[Stream] = []
         while True:
-            ready = [s for s in self.streams if s._has_chunk()]
+            ready = [s for s in streams if s._has_chunk()]
             if not ready:
                 break
             for start in range(0, len(ready), self.max_batch):
                 self._step(ready[start : start + self.max_batch])
             changed += [s for s in ready if s not in changed]
-        for stream in self.streams:
+        for stream in streams:
             if stream._needs_flush():
                 stream._flush()
                 if stream not in changed:

@@ -36,3 +36,22 @@ def tiny_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0):
 def noise(seconds: float, seed: int, sample_rate: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return 0.1 * torch.randn(int(seconds * sample_rate), generator=g)
+
+
+def save_checkpoint(folder: Path, pos_enc: str = "rel_xl") -> Path:
+    """A tiny random model in the training checkpoint format (what scripts load with load_model)."""
+    from asr.train.checkpoint import TOKENIZER_KEY, pack_tokenizer
+
+    units = write_char_units(["abc de fgh"], folder / "tok")
+    tokenizer = load_tokenizer(units)
+    model = tiny_model(tokenizer, pos_enc)
+    path = folder / "tiny.ckpt"
+    torch.save(
+        {
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "hyper_parameters": {"model_kwargs": model_kwargs(tokenizer, pos_enc), "cfg": {}},
+            TOKENIZER_KEY: pack_tokenizer(units),
+        },
+        path,
+    )
+    return path

@@ -10,21 +10,11 @@ from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
 from asr.serve.endpoint import EndpointConfig, EndpointRule
 from asr.serve.recognizer import Recognizer
 from asr.streaming.recognizer import StreamingRecognizer
-from tests.serve.helpers import noise, tiny_model, tiny_tokenizer
+from tests.serve.helpers import noise
 
 torch.set_num_threads(1)
 C, LEFT = 4, 2
 NO_ENDPOINT = EndpointConfig(enabled=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return tiny_model(tokenizer)
 
 
 def pieces(wave: torch.Tensor, seed: int):

@@ -1,0 +1,100 @@
+"""A Wenet-protocol WebSocket client: stream audio, collect the server's replies.
+
+Used by ``scripts/client.py``, ``scripts/bench_serve.py`` and the server tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from asr.serve.protocol import float_to_pcm16
+
+
+@dataclass
+class Reply:
+    """One server reply, decoded; ``nbest`` is the parsed list for result replies."""
+
+    status: str
+    type: str | None
+    nbest: list[dict] | None
+    message: str | None
+    received_at: float  # time.perf_counter() on arrival
+
+    @classmethod
+    def parse(cls, text: str) -> Reply:
+        obj = json.loads(text)
+        nbest = json.loads(obj["nbest"]) if "nbest" in obj else None
+        return cls(obj.get("status"), obj.get("type"), nbest, obj.get("message"), time.perf_counter())
+
+
+@dataclass
+class Session:
+    """Everything one client run saw."""
+
+    replies: list[Reply] = field(default_factory=list)
+    sent_at: list[tuple[float, float]] = field(default_factory=list)  # (audio seconds sent so far, perf time)
+    close_code: int | None = None
+
+    @property
+    def finals(self) -> list[Reply]:
+        return [r for r in self.replies if r.type == "final_result"]
+
+    @property
+    def text(self) -> str:
+        """The best sentence of every final result, joined (continuous decoding gives several)."""
+        return " ".join(r.nbest[0]["sentence"] for r in self.finals if r.nbest and r.nbest[0]["sentence"])
+
+
+async def stream_audio(
+    uri: str,
+    samples: np.ndarray,
+    sample_rate: int,
+    piece_s: float = 0.1,
+    realtime: bool = True,
+    nbest: int = 1,
+    continuous_decoding: bool = False,
+    on_reply=None,
+) -> Session:
+    """Send start, the samples (float (n,) in [-1, 1]) in ``piece_s`` pieces, end; read until the server closes.
+
+    ``realtime`` paces the pieces at the audio's own speed, as a microphone would.
+    ``on_reply(reply)`` is called for every reply as it arrives.
+    """
+    session = Session()
+    piece = max(1, int(piece_s * sample_rate))
+    async with connect(uri, max_size=None) as ws:
+
+        async def receive() -> None:
+            try:
+                async for text in ws:
+                    reply = Reply.parse(text)
+                    session.replies.append(reply)
+                    if on_reply is not None:
+                        on_reply(reply)
+            except ConnectionClosed:
+                pass
+
+        reader = asyncio.create_task(receive())
+        try:
+            await ws.send(json.dumps({"signal": "start", "nbest": nbest, "continuous_decoding": continuous_decoding}))
+            start = time.perf_counter()
+            for offset in range(0, len(samples), piece):
+                chunk = samples[offset : offset + piece]
+                sent_s = (offset + len(chunk)) / sample_rate
+                if realtime:
+                    await asyncio.sleep(max(0.0, start + sent_s - time.perf_counter()))
+                await ws.send(float_to_pcm16(chunk))
+                session.sent_at.append((sent_s, time.perf_counter()))
+            await ws.send(json.dumps({"signal": "end"}))
+        except ConnectionClosed:
+            pass  # the server ended recognition early (endpoint without continuous decoding) or refused us
+        await reader
+        session.close_code = ws.close_code
+    return session

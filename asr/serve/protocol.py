@@ -1,0 +1,106 @@
+"""Wenet runtime WebSocket protocol: client messages in, JSON replies out.
+
+Client -> server:
+    text   {"signal": "start", "nbest": N, "continuous_decoding": bool}  (both options optional)
+    binary 16-bit little-endian mono PCM at the model's sample rate, any number of frames
+    text   {"signal": "end"}
+Server -> client (text):
+    {"status": "ok", "type": "server_ready"}                       after start
+    {"status": "ok", "type": "partial_result", "nbest": "<json>"}  while decoding
+    {"status": "ok", "type": "final_result", "nbest": "<json>"}    at an endpoint / the end
+    {"status": "ok", "type": "speech_end"}                         recognition over
+    {"status": "failed", "message": "..."}                         then the server closes
+``nbest`` is a JSON *string* holding a list of {"sentence": str} and, in final
+results, "word_pieces": [{"word": str, "start": ms, "end": ms}] (integers, stream
+time), exactly as Wenet's ``websocket_server.cc`` serializes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from asr.serve.recognizer import Result
+
+
+class ProtocolError(ValueError):
+    """A client message the protocol does not allow; the message goes back to the client."""
+
+
+@dataclass(frozen=True)
+class Start:
+    nbest: int = 1
+    continuous_decoding: bool = False
+
+
+@dataclass(frozen=True)
+class End:
+    pass
+
+
+def parse_text(message: str, max_nbest: int) -> Start | End:
+    """Parse a text frame into :class:`Start` or :class:`End`; :class:`ProtocolError` names the problem."""
+    try:
+        obj = json.loads(message)
+    except json.JSONDecodeError as err:
+        raise ProtocolError(f"malformed JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}")
+    if "signal" not in obj:
+        raise ProtocolError('text message has no "signal" field (expected "start" or "end")')
+    signal = obj["signal"]
+    if signal == "end":
+        return End()
+    if signal != "start":
+        raise ProtocolError(f'unknown signal {signal!r}; expected "start" or "end"')
+    nbest = obj.get("nbest", 1)
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= max_nbest:
+        raise ProtocolError(f"nbest must be an integer in [1, {max_nbest}], got {nbest!r}")
+    continuous = obj.get("continuous_decoding", False)
+    if not isinstance(continuous, bool):
+        raise ProtocolError(f"continuous_decoding must be true or false, got {continuous!r}")
+    return Start(nbest=nbest, continuous_decoding=continuous)
+
+
+def pcm16_to_float(data: bytes) -> np.ndarray:
+    """Little-endian int16 PCM bytes -> (n,) float32 in [-1, 1)."""
+    if len(data) % 2:
+        raise ProtocolError(f"binary frame of {len(data)} bytes is not 16-bit PCM (odd byte count)")
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def float_to_pcm16(samples: np.ndarray) -> bytes:
+    """(n,) float in [-1, 1] -> little-endian int16 PCM bytes (clipped)."""
+    return (np.clip(samples, -1.0, 32767 / 32768) * 32768.0).round().astype("<i2").tobytes()
+
+
+def _reply(**fields) -> str:
+    return json.dumps({"status": "ok", **fields}, ensure_ascii=False)
+
+
+def server_ready() -> str:
+    return _reply(type="server_ready")
+
+
+def speech_end() -> str:
+    return _reply(type="speech_end")
+
+
+def failed(message: str) -> str:
+    return json.dumps({"status": "failed", "message": message}, ensure_ascii=False)
+
+
+def result_message(result: Result, nbest: int) -> str:
+    """partial_result / final_result reply; word pieces only in final results (as Wenet)."""
+    paths = []
+    for hyp in result.hyps[:nbest]:
+        path: dict = {"sentence": hyp.text}
+        if result.is_final:
+            path["word_pieces"] = [
+                {"word": w.word, "start": round(w.start * 1000), "end": round(w.end * 1000)} for w in hyp.words
+            ]
+        paths.append(path)
+    kind = "final_result" if result.is_final else "partial_result"
+    return _reply(type=kind, nbest=json.dumps(paths, ensure_ascii=False))

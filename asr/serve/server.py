@@ -1,0 +1,257 @@
+"""WebSocket server speaking Wenet's runtime protocol over one many-stream Recognizer.
+
+One asyncio event loop owns the connections; one decoding thread owns the
+:class:`~asr.serve.recognizer.Recognizer` and runs rounds (``decode()``: all
+streams with a whole chunk in one batched step) whenever audio arrives. Each
+connection has its own stream and a bounded reply queue drained by its own
+sender task, so a client that stops reading cannot stall the others.
+
+Bad clients get a ``{"status": "failed", "message": ...}`` reply and a close
+(code 1008), or a clean close: malformed JSON, unknown signals, audio before
+start, odd byte counts, audio arriving faster than it is decoded (backlog over
+``max_backlog_s``: the per-connection memory bound), a reply queue that is not
+read, frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
+connections over ``max_connections`` (code 1013). A client that disconnects
+mid-utterance just has its stream removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from asr.serve.protocol import (
+    End,
+    ProtocolError,
+    Start,
+    failed,
+    parse_text,
+    pcm16_to_float,
+    result_message,
+    server_ready,
+    speech_end,
+)
+from asr.serve.recognizer import Recognizer, Stream
+
+log = logging.getLogger(__name__)
+
+CLOSE_POLICY, CLOSE_BUSY, CLOSE_NORMAL = 1008, 1013, 1000
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits and address. Binds to loopback unless ``host`` says otherwise."""
+
+    host: str = "127.0.0.1"
+    port: int = 10086  # Wenet's default
+    max_connections: int = 32
+    max_frame_bytes: int = 1 << 20
+    max_backlog_s: float = 10.0
+    max_nbest: int = 10
+    max_queued_replies: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
+            raise ValueError(f"server limits must be positive: {self}.")
+        if self.max_backlog_s <= 0:
+            raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
+
+
+class _Close:
+    """Reply-queue item: close the connection with this code after the replies before it."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        self.code, self.reason = code, reason
+
+
+class _Session:
+    """One connection's protocol state."""
+
+    def __init__(self, ws: ServerConnection, queue_size: int) -> None:
+        self.ws = ws
+        self.stream: Stream | None = None
+        self.nbest = 1
+        self.continuous = False
+        self.ended = False  # "end" signal received
+        self.stopped = False  # recognition over (speech_end sent or being sent)
+        self.outbox: asyncio.Queue = asyncio.Queue(queue_size)
+        self.sender: asyncio.Task | None = None
+
+
+class AsrServer:
+    """Serve ``recognizer`` over WebSockets; ``async with`` or :meth:`start` / :meth:`stop`."""
+
+    def __init__(self, recognizer: Recognizer, config: ServerConfig | None = None) -> None:
+        self.recognizer = recognizer
+        self.config = config or ServerConfig()
+        self._sessions: dict[Stream, _Session] = {}
+        self._connections = 0
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-decode")
+        self._server = None
+        self._decoder: asyncio.Task | None = None
+        self.rejected_connections = 0
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> AsrServer:
+        self._server = await serve(
+            self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes
+        )
+        self._decoder = asyncio.create_task(self._decode_loop())
+        return self
+
+    async def stop(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+        self._decoder.cancel()
+        self._executor.shutdown(wait=True)
+
+    async def __aenter__(self) -> AsrServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def serve_forever(self) -> None:
+        await self._server.serve_forever()
+
+    # ---- connections -----------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        if self._connections >= self.config.max_connections:
+            self.rejected_connections += 1
+            await ws.send(failed(f"server busy: {self.config.max_connections} connections already open"))
+            await ws.close(CLOSE_BUSY, "too many connections")
+            return
+        self._connections += 1
+        session = _Session(ws, self.config.max_queued_replies)
+        session.sender = asyncio.create_task(self._send_replies(session))
+        try:
+            async for message in ws:
+                if session.stopped:
+                    continue  # Wenet ignores audio after recognition stopped
+                if isinstance(message, str):
+                    self._on_text(session, message)
+                else:
+                    self._on_audio(session, message)
+        except ProtocolError as err:
+            self._deliver(session, [failed(str(err)), _Close(CLOSE_POLICY, "protocol error")])
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._drain_or_drop(session)
+            if session.stream is not None:
+                self._sessions.pop(session.stream, None)
+                self.recognizer.remove_stream(session.stream)
+            self._connections -= 1
+
+    def _on_text(self, session: _Session, message: str) -> None:
+        signal = parse_text(message, self.config.max_nbest)
+        if isinstance(signal, Start):
+            if session.stream is not None:
+                raise ProtocolError("start signal received twice on one connection")
+            session.nbest, session.continuous = signal.nbest, signal.continuous_decoding
+            session.stream = self.recognizer.create_stream()
+            self._sessions[session.stream] = session
+            self._deliver(session, [server_ready()])
+        elif isinstance(signal, End):
+            if session.stream is None:
+                raise ProtocolError("end signal before the start signal")
+            if not session.ended:
+                session.ended = True
+                session.stream.finish()
+                self._wake.set()
+
+    def _on_audio(self, session: _Session, data: bytes) -> None:
+        if session.stream is None:
+            raise ProtocolError("start signal is expected before binary data")
+        if session.ended:
+            raise ProtocolError("binary data after the end signal")
+        samples = pcm16_to_float(data)
+        stream = session.stream
+        stream.accept_waveform(self.recognizer.extractor.sample_rate, samples)
+        if stream.backlog_s > self.config.max_backlog_s:
+            raise ProtocolError(
+                f"audio arrives faster than it is decoded: {stream.backlog_s:.1f} s waiting "
+                f"(limit {self.config.max_backlog_s} s); send audio in real time"
+            )
+        self._wake.set()
+
+    async def _send_replies(self, session: _Session) -> None:
+        while True:
+            item = await session.outbox.get()
+            if isinstance(item, _Close):
+                await session.ws.close(item.code, item.reason)
+                return
+            await session.ws.send(item)
+
+    async def _drain_or_drop(self, session: _Session) -> None:
+        """Let queued replies go out to a client that is still there; drop them for one that left."""
+        if session.ws.state.name == "OPEN" and not session.sender.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(session.sender), timeout=5.0)
+            except (asyncio.TimeoutError, ConnectionClosed):
+                pass
+        session.sender.cancel()
+
+    def _deliver(self, session: _Session, items: list) -> None:
+        if session.sender is None or session.sender.done():
+            return
+        for item in items:
+            try:
+                session.outbox.put_nowait(item)
+            except asyncio.QueueFull:
+                log.warning("client does not read its replies; closing it")
+                session.sender.cancel()
+                session.stopped = True
+                asyncio.ensure_future(session.ws.close(CLOSE_POLICY, "replies not read"))
+                return
+
+    # ---- decoding ----------------------------------------------------------------
+
+    async def _decode_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                replies = await loop.run_in_executor(self._executor, self._decode_round)
+            except Exception:  # a decoding bug must not kill the server for everyone
+                log.exception("decode round failed")
+                continue
+            for session, items in replies:
+                self._deliver(session, items)
+            if self.recognizer.has_work():
+                self._wake.set()
+
+    def _decode_round(self) -> list[tuple[_Session, list]]:
+        """Runs in the decoding thread: one ``decode()`` and the replies it produces."""
+        replies = []
+        for stream in self.recognizer.decode():
+            session = self._sessions.get(stream)
+            if session is None:  # the connection closed during the round
+                continue
+            items: list = []
+            if stream.is_endpoint() or stream.is_done():
+                items.append(result_message(stream.result(session.nbest), session.nbest))
+                if stream.is_endpoint() and session.continuous:
+                    stream.reset()
+                else:
+                    session.stopped = True
+                    items += [speech_end(), _Close(CLOSE_NORMAL, "speech end")]
+            elif stream.new_frames:
+                result = stream.result(session.nbest)
+                if result.text:  # as Wenet: a partial only once something was decoded
+                    items.append(result_message(result, session.nbest))
+            if items:
+                replies.append((session, items))
+        return replies

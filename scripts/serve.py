@@ -1,0 +1,97 @@
+"""WebSocket speech recognition server speaking Wenet's runtime protocol.
+
+Many concurrent streams share one model: every stream that has a whole chunk of
+audio is encoded in one batched step. Endpointing is on (no speech for 5 s,
+1 s of silence after speech, 20 s utterances); clients ask for continuous
+decoding with {"signal": "start", "continuous_decoding": true}. Existing Wenet
+clients work unchanged; see scripts/client.py.
+
+Usage:
+    python scripts/serve.py --checkpoint exp/run/checkpoints/last.ckpt
+    python scripts/serve.py --checkpoint last.ckpt --port 10086 --max-connections 32 --chunk-size 16
+    python scripts/serve.py --checkpoint last.ckpt --host 0.0.0.0   # reachable from other machines
+
+Binds to 127.0.0.1 unless --host says otherwise. Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+# Small per-chunk kernels: passive OpenMP waits (see scripts/stream.py). Set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=10086, help="TCP port (default 10086, as Wenet)")
+    parser.add_argument("--max-connections", type=int, default=32, help="connections served at once (default 32)")
+    parser.add_argument("--max-frame-kb", type=int, default=1024, help="largest WebSocket frame in KiB (default 1024)")
+    parser.add_argument("--max-backlog-s", type=float, default=10.0,
+                        help="seconds of undecoded audio a connection may queue (default 10)")
+    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per chunk (default 16)")
+    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory (default 4)")
+    parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
+    parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
+    parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for decoding (default 1)")
+    args = parser.parse_args(argv)
+    if args.chunk_size <= 0:
+        parser.error(f"--chunk-size ({args.chunk_size}) must be > 0")
+    if args.max_connections < 1 or args.threads < 1:
+        parser.error("--max-connections and --threads must be >= 1")
+    return args
+
+
+def build_server(args: argparse.Namespace):
+    from asr.serve.endpoint import EndpointConfig
+    from asr.serve.recognizer import Recognizer
+    from asr.serve.server import AsrServer, ServerConfig
+    from asr.train.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(args.checkpoint)
+    recognizer = Recognizer(
+        model.eval(), tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
+        ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
+    )
+    config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
+                          max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)
+    return AsrServer(recognizer, config)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    server = await build_server(args).start()
+    print(f"serving on ws://{args.host}:{server.port} (Ctrl-C stops)", flush=True)
+    try:
+        await server.serve_forever()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ValueError, KeyError) as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
