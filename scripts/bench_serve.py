@@ -1,0 +1,176 @@
+"""Load test of scripts/serve.py on loopback: N concurrent real-time clients, latency and CPU per N.
+
+Starts the server as a child process on 127.0.0.1 (a free port), then for each N
+opens N clients at once, each streaming one test utterance in real time (100 ms
+pieces), and reports per N: p50/p95 latency from the piece that completes an
+encoder chunk to the next reply, the server's CPU use (its own user+system time
+over the wall time, in cores), and whether every final transcript equals the
+offline streaming recognizer's (``asr.streaming.StreamingRecognizer``, what
+scripts/stream.py runs) with the same chunk, beam and rescoring weights.
+Endpointing is off so the finals are comparable. Bounded: --max-seconds caps
+each N's run; the server is stopped at the end.
+
+Usage:
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 1,8,16,32
+    python scripts/bench_serve.py --checkpoint CKPT --clients 4 a.wav b.wav
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    parser.add_argument("audio", nargs="*", help="test audio files (or use --cuts)")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--cuts", help="Lhotse manifest to take test utterances from")
+    parser.add_argument("--utterances", type=int, default=32, help="utterances taken from --cuts (default 32)")
+    parser.add_argument("--clients", default="1,8,16,32", help="comma-separated N values (default 1,8,16,32)")
+    parser.add_argument("--chunk-size", type=int, default=16)
+    parser.add_argument("--left-chunks", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in args.clients.split(",")]
+    if not counts or min(counts) < 1:
+        parser.error(f"--clients ({args.clients}) must list positive integers")
+    if not args.audio and not args.cuts:
+        parser.error("give audio files or --cuts")
+    args.counts = counts
+    return args
+
+
+def load_waves(args) -> list:
+    from asr.data.audio import load_audio
+    from asr.data.features import SAMPLE_RATE
+
+    waves = [load_audio(p, target_sr=SAMPLE_RATE) for p in args.audio]
+    if args.cuts:
+        from asr.data.audio import cut_waveform
+        from asr.data.manifest import read_cuts
+
+        for cut in read_cuts(args.cuts):
+            if len(waves) >= args.utterances:
+                break
+            waves.append(cut_waveform(cut, SAMPLE_RATE))
+    return waves
+
+
+def offline_texts(args, waves, model, tokenizer) -> list[str]:
+    from asr.streaming.recognizer import StreamingRecognizer
+
+    texts = []
+    for wave in waves:
+        rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam)
+        rec.accept_waveform(wave)
+        texts.append(rec.finalize())
+    return texts
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
+
+
+def chunk_end_samples(total: int, chunk_size: int, subsampling) -> list[int]:
+    """Sample counts at which each whole encoder chunk becomes computable."""
+    from asr.data.features import FbankExtractor
+
+    fb = FbankExtractor()
+    ends, k = [], 1
+    while True:
+        frames = subsampling.window + subsampling.rate * (k * chunk_size - 1)
+        samples = fb.min_samples + (frames - 1) * fb.shift_samples
+        if samples > total:
+            return ends
+        ends.append(samples)
+        k += 1
+
+
+def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int) -> list[float]:
+    """Per chunk: first reply after the piece completing it was sent, minus that send time."""
+    arrivals = sorted(r.received_at for r in session.replies if r.type in ("partial_result", "final_result"))
+    out = []
+    for end in chunk_end_samples(wave_len, chunk_size, subsampling):
+        sent = next((t for s, t in session.sent_at if s * sample_rate >= end), None)
+        reply = next((a for a in arrivals if sent is not None and a >= sent), None)
+        if reply is not None:
+            out.append(reply - sent)
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_clients(uri: str, waves, n: int, args):
+    from asr.data.features import SAMPLE_RATE
+    from asr.serve.client import stream_audio
+
+    chosen = [waves[i % len(waves)] for i in range(n)]
+    tasks = [stream_audio(uri, w.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True) for w in chosen]
+    sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
+    return chosen, sessions
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from asr.data.features import SAMPLE_RATE
+
+    waves = load_waves(args)
+    print(f"{len(waves)} test utterances, {sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s; offline pass ...",
+          flush=True)
+    from asr.train.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(args.checkpoint)
+    reference = offline_texts(args, waves, model, tokenizer)
+    subsampling = model.encoder.subsampling
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
+         "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
+         "--max-connections", str(max(args.counts)), "--no-endpoint"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        if not line.startswith("serving on "):
+            print(f"error: the server did not start: {line!r}", file=sys.stderr)
+            return 2
+        uri = line.split()[2]
+        print("| clients | p50 latency ms | p95 latency ms | server CPU (cores) | finals == offline |")
+        print("|---|---|---|---|---|")
+        for n in args.counts:
+            cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
+            try:
+                chosen, sessions = asyncio.run(run_clients(uri, waves, n, args))
+            except asyncio.TimeoutError:
+                print(f"| {n} | timed out after {args.max_seconds} s | | | |", flush=True)
+                continue
+            cores = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
+            lat = [x for w, s in zip(chosen, sessions)
+                   for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE)]
+            same = sum(s.text == reference[i % len(waves)] for i, s in enumerate(sessions))
+            print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
+                  f"{same}/{n} |", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
