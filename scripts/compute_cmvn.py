@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from asr.data.cmvn import compute_cmvn, save_cmvn
-from asr.data.manifest import read_cuts
+from asr.data.manifest import manifest_stats, read_cuts
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-utts", type=int, default=None)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
-    stats = compute_cmvn(read_cuts(args.cuts), max_cuts=args.max_utts, num_workers=args.workers)
+    stats = compute_cmvn(read_cuts(args.cuts, lazy=True), max_cuts=args.max_utts, num_workers=args.workers,
+                         total=manifest_stats(args.cuts).cuts)
     save_cmvn(stats, args.out)
     print(f"{stats['frames']} frames, {stats['skipped']} unreadable cuts -> {args.out}")
 

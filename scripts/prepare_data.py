@@ -33,7 +33,8 @@ from pathlib import Path
 
 from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.importers import IMPORTERS
-from asr.data.manifest import read_cuts, write_cuts
+from asr.data.dataset import cut_text
+from asr.data.manifest import manifest_stats, read_cuts, write_cuts
 from asr.data.probes import PROBE_FILE, build_probe_set
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
@@ -112,8 +113,10 @@ def main(argv: list[str] | None = None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)
 
-    train = read_cuts(out / "cuts_train.jsonl.gz", out)
-    texts = [" ".join(s.text for s in c.supervisions) for c in train]
+    # lazy: tokenizer text and CMVN cuts are streamed, memory stays flat in the corpus size
+    train_path = out / "cuts_train.jsonl.gz"
+    train = read_cuts(train_path, out, lazy=True)
+    texts = (cut_text(c) for c in train)
     tok_dir = out / "tokenizer"
     if args.units == "char":
         write_char_units(texts, tok_dir)
@@ -123,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tokenizer: {type(tok).__name__} vocab_size={tok.vocab_size} blank={tok.blank_id} unk={tok.unk_id} "
           f"sos/eos={tok.sos_eos_id} -> {tok_dir}")
 
-    stats = compute_cmvn(train, max_cuts=args.cmvn_max_utts or None, num_workers=args.workers)
+    stats = compute_cmvn(train, max_cuts=args.cmvn_max_utts or None, num_workers=args.workers,
+                         total=manifest_stats(train_path).cuts)
     cmvn_path = save_cmvn(stats, out / "cmvn.json")
     print(f"cmvn: {stats['frames']} frames ({stats['skipped']} cuts unreadable) -> {cmvn_path}")
     print(f"manifests: {sorted(p.name for p in out.glob('cuts_*.jsonl.gz'))} in {out}")

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab-size", type=int, default=256, help="total ids incl. <blank>, <unk>, <sos/eos>")
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
     args = p.parse_args(argv)
-    texts = [" ".join(s.text for s in c.supervisions) for c in CutSet.from_file(args.cuts)]
+    texts = (" ".join(s.text for s in c.supervisions) for c in CutSet.from_jsonl_lazy(args.cuts))  # streamed
     if args.units == "char":
         write_char_units(texts, args.out_dir)
     else:

@@ -64,9 +64,11 @@ def load_audio(
 
 
 def cut_waveform(cut, target_sr: int = SAMPLE_RATE) -> torch.Tensor:
-    """(n,) float32 at `target_sr` for a Lhotse cut, honoring its offset into the recording."""
+    """(n,) float32 at `target_sr` for a Lhotse cut, honoring its offset into the recording.
+
+    Sources: "file" (a path) and "memory" (encoded bytes, as Lhotse Shar shards deliver them)."""
     source = cut.recording.sources[0]
-    if source.type != "file":
-        raise AudioError(f"cut {cut.id}: only file audio sources are supported, got {source.type!r}",
+    if source.type not in ("file", "memory"):
+        raise AudioError(f"cut {cut.id}: only file and memory audio sources are supported, got {source.type!r}",
                          "audio_unsupported")
     return load_audio(source.source, target_sr, offset=cut.start, duration=cut.duration)

@@ -7,6 +7,7 @@ the model applies them (so exported models carry them), the data module does not
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -17,53 +18,79 @@ from asr.data.audio import AudioError, cut_waveform
 from asr.data.features import FbankExtractor
 
 
-class _FeatureDataset(torch.utils.data.Dataset):
-    def __init__(self, cuts: list, extractor: FbankExtractor) -> None:
-        self.cuts, self.extractor = cuts, extractor
+class _FeatureStream(torch.utils.data.IterableDataset):
+    """Fbank features (T, F) of every k-th cut of a stream, or None for an unreadable cut.
 
-    def __len__(self) -> int:
-        return len(self.cuts)
+    Worker w of W extracts items w, w + W, ...; the DataLoader takes them round-robin,
+    so the main process sees the cuts in stream order. Each worker reads the (lazy)
+    manifest itself: only cut metadata crosses process boundaries, never a cut list.
+    """
 
-    def __getitem__(self, i: int) -> torch.Tensor | None:
-        try:
-            return self.extractor(cut_waveform(self.cuts[i]))  # (T, F)
-        except AudioError:
-            return None
+    def __init__(self, cuts: Iterable, total: int, max_cuts: int | None, extractor: FbankExtractor) -> None:
+        self.cuts, self.total, self.max_cuts, self.extractor = cuts, total, max_cuts, extractor
+
+    def __iter__(self) -> Iterator[torch.Tensor | None]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i, cut in enumerate(evenly_spread(self.cuts, self.total, self.max_cuts)):
+            if i % workers != worker:
+                continue
+            try:
+                yield self.extractor(cut_waveform(cut))  # (T, F)
+            except AudioError:
+                yield None
+
+
+def evenly_spread(items: Iterable, total: int, keep: int | None) -> Iterator:
+    """Items number int(i * total / keep) for i < keep, streamed (all of them when keep is None or >= total)."""
+    if not keep or total <= keep:
+        yield from items
+        return
+    stride = total / keep
+    wanted = 0
+    for index, item in enumerate(items):
+        if index == int(wanted * stride):
+            yield item
+            wanted += 1
+            if wanted == keep:
+                return
 
 
 def compute_cmvn(
-    cuts: CutSet, extractor: FbankExtractor | None = None, max_cuts: int | None = None, num_workers: int = 2
+    cuts: CutSet | list, extractor: FbankExtractor | None = None, max_cuts: int | None = None, num_workers: int = 2,
+    total: int | None = None,
 ) -> dict:
     """Mean and inverse std of every feature frame of `cuts` (float64 accumulation).
 
     ``max_cuts`` keeps that many cuts spread evenly over the manifest (every k-th),
     not the first ones: imported corpora are ordered by speaker, so a prefix would be
-    a few speakers' statistics. Unreadable cuts are skipped and counted in the
-    returned "skipped" entry.
+    a few speakers' statistics. ``cuts`` may be lazy: it is streamed (memory does not
+    grow with it); ``total``, its number of cuts, spares the counting pass a lazy set
+    otherwise needs. Unreadable cuts are skipped and counted in the returned "skipped" entry.
     """
     extractor = extractor or FbankExtractor()
-    cut_list = list(cuts)
-    if max_cuts and len(cut_list) > max_cuts:
-        stride = len(cut_list) / max_cuts
-        cut_list = [cut_list[int(i * stride)] for i in range(max_cuts)]
+    if total is None:
+        total = sum(1 for _ in cuts) if getattr(cuts, "is_lazy", False) else len(cuts)
+    selected = min(total, max_cuts) if max_cuts else total
     loader = torch.utils.data.DataLoader(
-        _FeatureDataset(cut_list, extractor), batch_size=None, num_workers=num_workers,
+        _FeatureStream(cuts, total, max_cuts, extractor), batch_size=None, num_workers=num_workers,
         collate_fn=lambda x: x,
     )
-    total = torch.zeros(extractor.num_mel_bins, dtype=torch.float64)
-    total_sq = torch.zeros_like(total)
-    frames, skipped = 0, 0
-    for feats in tqdm(loader, total=len(cut_list), desc="cmvn", unit="utt"):
+    total_sum = torch.zeros(extractor.num_mel_bins, dtype=torch.float64)
+    total_sq = torch.zeros_like(total_sum)
+    frames, skipped, seen = 0, 0, 0
+    for feats in tqdm(loader, total=selected, desc="cmvn", unit="utt"):
+        seen += 1
         if feats is None or feats.shape[0] == 0:
             skipped += 1
             continue
         f64 = feats.to(torch.float64)
-        total += f64.sum(0)
+        total_sum += f64.sum(0)
         total_sq += (f64 * f64).sum(0)
         frames += f64.shape[0]
     if frames == 0:
-        raise ValueError(f"no feature frames in {len(cut_list)} cuts ({skipped} unreadable)")
-    mean = total / frames
+        raise ValueError(f"no feature frames in {seen} cuts ({skipped} unreadable)")
+    mean = total_sum / frames
     var = (total_sq / frames - mean * mean).clamp_min(1e-10)
     return {"mean": mean.tolist(), "istd": var.rsqrt().tolist(), "frames": frames, "skipped": skipped}
 

@@ -1,38 +1,87 @@
-"""Lightning DataModule: Lhotse manifests, duration bucketing, on-the-fly fbank.
+"""Lightning DataModule: Lhotse manifests or Shar shards, duration bucketing, on-the-fly fbank.
 
-CMVN is not applied here (the model carries it). Cheap checks happen up front
-(duration bounds, empty or untokenizable text); audio problems are found by the
-workers. Both kinds are skipped, warned about and counted per reason: see
-`skip_report()`, which counts distinct cuts.
+CMVN is not applied here (the model carries it). Cheap checks (duration bounds,
+empty or untokenizable text) run as the sampler draws cuts; audio problems are
+found by the workers. Both kinds are skipped, warned about and counted per reason:
+see `skip_report()`, which counts distinct cuts.
+
+Memory. With ``lazy=True`` (default) the training manifest is parsed line by line
+as the sampler streams it, so memory does not grow with the corpus; the sampler
+draws exactly the same batches as from an eagerly loaded manifest, since Lhotse's
+dynamic samplers stream either kind the same way. ``shar_dir`` reads Lhotse Shar
+shards instead (`asr.data.shar`): each rank its own shards, reshuffled per epoch.
+Dev and test splits are small and are held in memory.
+
+Resume. `state_dict()` records where the current epoch stands (`asr.data.loader`);
+Lightning stores it in every checkpoint and hands it back to `load_state_dict()`
+before the loaders are built, so a resumed run continues the epoch with exactly the
+batches it had not trained on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import warnings
+from itertools import islice
 from pathlib import Path
 
 import lightning as L
 from lhotse import CutSet
 from lhotse.dataset import DynamicBucketingSampler, DynamicCutSampler
+from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
-from asr.data.dataset import AsrDataset, SkipCountingLoader, cut_text, new_skip_registry
+from asr.data.dataset import AsrDataset, cut_text, new_skip_registry
 from asr.data.features import FbankExtractor
-from asr.data.manifest import read_cuts
+from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
+from asr.data.manifest import CorpusStats, manifest_stats, read_cuts
+from asr.data.shar import RankShardedShar, shar_stats
 from asr.data.tokenizer import SPACE, load_tokenizer
 
 log = logging.getLogger(__name__)
+_BINS_ESTIMATE_CUTS = 10_000  # Lhotse's default: cuts read to place the bucket boundaries
 
 
 @contextlib.contextmanager
 def _quiet_eager_warning():
-    """Lhotse warns about eager CutSets; ours are held in memory on purpose (text is validated up front)."""
+    """Lhotse warns about eager CutSets; dev/test (and lazy=False train) are held in memory on purpose."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
         yield
+
+
+class CutFilter:
+    """Cut -> keep it? Drops, and reports through ``on_skip(reason, cut_id, detail)``, cuts
+    outside the duration bounds (when given) and cuts whose text has no known tokens."""
+
+    def __init__(self, tokenizer, on_skip, min_duration: float | None = None,
+                 max_duration: float | None = None) -> None:
+        self.tokenizer, self.on_skip = tokenizer, on_skip
+        self.min_duration, self.max_duration = min_duration, max_duration
+
+    def __call__(self, cut) -> bool:
+        if self.min_duration is not None and cut.duration < self.min_duration:
+            self.on_skip("too_short", cut.id, f"{cut.duration:.2f} s < min_duration {self.min_duration}")
+            return False
+        if self.max_duration is not None and cut.duration > self.max_duration:
+            self.on_skip("too_long", cut.id, f"{cut.duration:.2f} s > max_duration_per_utt {self.max_duration}")
+            return False
+        text = cut_text(cut)
+        if not text:
+            self.on_skip("empty_text", cut.id, "empty transcript")
+            return False
+        if not has_content(self.tokenizer, self.tokenizer.encode(text)):
+            self.on_skip("untokenizable_text", cut.id, f"transcript {text[:40]!r} has no known tokens")
+            return False
+        return True
+
+
+def has_content(tokenizer, ids: list[int]) -> bool:
+    """False when every token is <unk> or a bare word boundary ("▁" alone carries no text)."""
+    return any(i != tokenizer.unk_id and tokenizer.id_to_piece(i).strip(SPACE) for i in ids)
 
 
 class AsrDataModule(L.LightningDataModule):
@@ -52,6 +101,9 @@ class AsrDataModule(L.LightningDataModule):
         seed: int = 0,
         min_duration: float = 0.3,
         max_duration_per_utt: float = 20.0,
+        lazy: bool = True,
+        shar_dir: str | None = None,
+        bucket_buffer_size: int = 20_000,
         world_size: int | None = None,
         rank: int | None = None,
     ) -> None:
@@ -63,12 +115,16 @@ class AsrDataModule(L.LightningDataModule):
         if min_duration < 0 or min_duration >= max_duration_per_utt:
             raise ValueError(f"need 0 <= min_duration ({min_duration}) < max_duration_per_utt "
                              f"({max_duration_per_utt})")
+        if bucket_buffer_size < 1:
+            raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
         self.data_dir = Path(data_dir)
         self.train_cuts, self.dev_cuts, self.test_cuts = train_cuts, dev_cuts, test_cuts
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
         self.seed = seed
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
+        self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
+        self.shar_dir = self._resolve(shar_dir) if shar_dir else None
         self._world_size, self._rank = world_size, rank
         tok = Path(tokenizer_path)
         if not tok.exists() and not tok.is_absolute() and (self.data_dir / tok).exists():
@@ -76,7 +132,9 @@ class AsrDataModule(L.LightningDataModule):
         self.tokenizer = load_tokenizer(tok)
         self.extractor = FbankExtractor()
         self._skipped = new_skip_registry()
-        self._cache: dict[tuple[str, bool], tuple[CutSet, dict[str, list[int]]]] = {}
+        self._eval_cache: dict[str, CutSet] = {}
+        self._train_loaders: list[SkipCountingLoader] = []
+        self._resume_position: TrainPosition | None = None
 
     # --- distributed layout -------------------------------------------------------------
     def _dist(self) -> tuple[int, int]:
@@ -88,93 +146,112 @@ class AsrDataModule(L.LightningDataModule):
 
     # --- manifests ----------------------------------------------------------------------
     def _skip(self, reason: str, cut_id: str, detail: str) -> None:
-        log.warning("skipping cut %s: %s", cut_id, detail)
+        if cut_id not in self._skipped[reason]:  # a lazy pass sees the same bad cut every epoch
+            log.warning("skipping cut %s: %s", cut_id, detail)
         self._skipped[reason].add(cut_id)
 
-    def _load(self, cuts_file: str, filter_durations: bool) -> tuple[CutSet, dict[str, list[int]]]:
-        """Read a manifest, drop (and count) cuts with bad durations or text, tokenize the rest."""
-        key = (str(cuts_file), filter_durations)
-        if key in self._cache:
-            return self._cache[key]
+    def _filter(self, filter_durations: bool) -> CutFilter:
+        if filter_durations:
+            return CutFilter(self.tokenizer, self._skip, self.min_duration, self.max_duration_per_utt)
+        return CutFilter(self.tokenizer, self._skip)
+
+    def _manifest_path(self, cuts_file: str) -> Path:
         path = Path(cuts_file)
-        if not path.is_absolute() and not path.exists():
-            path = self.data_dir / cuts_file
-        cuts = read_cuts(path)  # relative audio paths resolve against the manifest's folder
-        kept, tokens = [], {}
-        for cut in cuts:
-            if filter_durations and cut.duration < self.min_duration:
-                self._skip("too_short", cut.id, f"{cut.duration:.2f} s < min_duration {self.min_duration}")
-                continue
-            if filter_durations and cut.duration > self.max_duration_per_utt:
-                self._skip("too_long", cut.id, f"{cut.duration:.2f} s > max_duration_per_utt "
-                                               f"{self.max_duration_per_utt}")
-                continue
-            text = cut_text(cut)
-            if not text:
-                self._skip("empty_text", cut.id, "empty transcript")
-                continue
-            ids = self.tokenizer.encode(text)
-            if not self._has_content(ids):
-                self._skip("untokenizable_text", cut.id, f"transcript {text[:40]!r} has no known tokens")
-                continue
-            kept.append(cut)
-            tokens[cut.id] = ids
-        if not kept:
-            raise ValueError(f"{path}: no usable cuts out of {len(cuts)} (skips: {self.skip_report()})")
-        self._cache[key] = (CutSet.from_cuts(kept), tokens)
-        return self._cache[key]
+        return path if path.is_absolute() or path.exists() else self.data_dir / cuts_file
+
+    def _eval_cuts(self, cuts_file: str) -> CutSet:
+        """A small split in memory, text-checked (no duration filter)."""
+        if cuts_file not in self._eval_cache:
+            path = self._manifest_path(cuts_file)
+            cuts = read_cuts(path)  # relative audio paths resolve against the manifest's folder
+            self._eval_cache[cuts_file] = self._require_usable(cuts.filter(self._filter(False)).to_eager(), path)
+        return self._eval_cache[cuts_file]
+
+    def _train_source(self) -> tuple[CutSet, RankShardedShar | None]:
+        """The training cuts after the checks: lazy, eager, or this rank's Shar shards."""
+        keep = self._filter(filter_durations=True)
+        if self.shar_dir is not None:
+            world, rank = self._dist()
+            shar = RankShardedShar(self.shar_dir, self.seed, world, rank)
+            return CutSet(shar).filter(keep), shar
+        path = self._manifest_path(self.train_cuts)
+        cuts = read_cuts(path, lazy=self.lazy).filter(keep)
+        return (cuts if self.lazy else self._require_usable(cuts.to_eager(), path)), None
+
+    def _require_usable(self, cuts: CutSet, source) -> CutSet:
+        """Raise when the (filtered) cuts are empty; a lazy set is probed up to its first cut."""
+        if next(iter(cuts), None) is None:
+            raise ValueError(f"{source}: no usable cuts (skips: {self.skip_report()})")
+        return cuts
 
     def _has_content(self, ids: list[int]) -> bool:
-        """False when every token is <unk> or a bare word boundary ("▁" alone carries no text)."""
-        tok = self.tokenizer
-        return any(i != tok.unk_id and tok.id_to_piece(i).strip(SPACE) for i in ids)
+        return has_content(self.tokenizer, ids)
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit"):
-            self._load(self.train_cuts, filter_durations=True)
+            cuts, _ = self._train_source()
+            self._require_usable(cuts, self.shar_dir or self.train_cuts)
         if stage in (None, "fit", "validate"):
-            self._load(self.dev_cuts, filter_durations=False)
+            self._eval_cuts(self.dev_cuts)
 
     # --- loaders ------------------------------------------------------------------------
-    def _loader(self, dataset: AsrDataset, sampler) -> SkipCountingLoader:
+    def _loader(self, dataset: AsrDataset, sampler, stop_with_first_rank: bool = False) -> SkipCountingLoader:
         loader = DataLoader(
             dataset, sampler=sampler, batch_size=None, num_workers=self.num_workers,
             persistent_workers=False,
         )
-        return SkipCountingLoader(loader, self._skipped, world_size=self._dist()[0])
+        return SkipCountingLoader(loader, self._skipped, world_size=self._dist()[0],
+                                  stop_with_first_rank=stop_with_first_rank)
+
+    def _train_sampler(self, cuts: CutSet, shar: RankShardedShar | None):
+        """Duration-bucketed batches; Shar ranks hold disjoint shards, so their sampler is not sharded again."""
+        world, rank = self._dist()
+        if shar is not None:
+            world, rank = 1, 0
+        if shar is not None:  # bucket bounds from the cut shards only: the sampler would read the audio tars
+            head = [c for c in islice(shar.cuts_without_audio(), _BINS_ESTIMATE_CUTS)
+                    if self.min_duration <= c.duration <= self.max_duration_per_utt]
+        else:
+            head = list(islice(cuts, self.num_buckets))
+        if len(head) < self.num_buckets:  # Lhotse cannot estimate more buckets than cuts
+            log.warning("only %d train cuts for %d buckets: sampling without bucketing", len(head), self.num_buckets)
+            return DynamicCutSampler(
+                cuts, max_duration=self.max_duration, shuffle=True, drop_last=False, seed=self.seed,
+                world_size=world, rank=rank,
+            )
+        bins = estimate_duration_buckets(head, num_buckets=self.num_buckets) if shar is not None else None
+        return DynamicBucketingSampler(
+            cuts, max_duration=self.max_duration, num_buckets=self.num_buckets, shuffle=True,
+            drop_last=False, seed=self.seed, world_size=world, rank=rank, duration_bins=bins,
+            buffer_size=self.bucket_buffer_size,
+        )
 
     def train_dataloader(self) -> SkipCountingLoader:
-        cuts, tokens = self._load(self.train_cuts, filter_durations=True)
-        world, rank = self._dist()
+        cuts, shar = self._train_source()
         with _quiet_eager_warning():
-            if len(cuts) >= self.num_buckets:
-                sampler = DynamicBucketingSampler(
-                    cuts, max_duration=self.max_duration, num_buckets=self.num_buckets, shuffle=True,
-                    drop_last=False, seed=self.seed, world_size=world, rank=rank,
-                )
-            else:  # Lhotse cannot estimate more buckets than cuts
-                log.warning("only %d train cuts for %d buckets: sampling without bucketing", len(cuts),
-                            self.num_buckets)
-                sampler = DynamicCutSampler(
-                    cuts, max_duration=self.max_duration, shuffle=True, drop_last=False, seed=self.seed,
-                    world_size=world, rank=rank,
-                )
+            sampler = self._train_sampler(cuts, shar)
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
         dataset = AsrDataset(
-            tokens, self.extractor, speed_perturb=self.speed_perturb,
+            self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
         )
-        return self._loader(dataset, sampler)
+        listeners = [shar.set_epoch] if shar is not None else []
+        loader = self._loader(dataset, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
+        if self._resume_position is not None:
+            loader.resume_at(self._resume_position)
+            self._resume_position = None
+        self._train_loaders.append(loader)
+        return loader
 
     def eval_dataloader(self, cuts_file: str) -> SkipCountingLoader:
         """Any manifest, no augmentation, manifest order (sharded by rank under DDP)."""
-        cuts, tokens = self._load(cuts_file, filter_durations=False)
+        cuts = self._eval_cuts(cuts_file)
         world, rank = self._dist()
         with _quiet_eager_warning():
             sampler = DynamicCutSampler(
                 cuts, max_duration=self.max_duration, shuffle=False, drop_last=False, world_size=world, rank=rank,
             )
-        return self._loader(AsrDataset(tokens, self.extractor), sampler)
+        return self._loader(AsrDataset(self.tokenizer, self.extractor), sampler)
 
     def val_dataloader(self) -> SkipCountingLoader:
         return self.eval_dataloader(self.dev_cuts)
@@ -186,6 +263,49 @@ class AsrDataModule(L.LightningDataModule):
     def _resolve(self, name: str) -> Path:
         path = Path(name)
         return path if path.is_absolute() or path.exists() else self.data_dir / name
+
+    # --- resume -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Where this rank's training epoch stands (saved by Lightning in every checkpoint)."""
+        trainer = self.trainer
+        if trainer is None or not self._train_loaders:
+            return {}
+        trained = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        world, _ = self._dist()
+        position = self._train_loaders[-1].position_after(trained)
+        return {"train_position": position.to_dict(), "world_size": world, "seed": self.seed}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if "train_position" not in state_dict:
+            return
+        world, _ = self._dist()
+        saved = (state_dict["world_size"], state_dict["seed"])
+        if saved != (world, self.seed):
+            log.warning("checkpoint data position was saved with (world_size, seed) = %s, this run has %s: "
+                        "the interrupted epoch restarts from its first batch", saved, (world, self.seed))
+            return
+        self._resume_position = TrainPosition.from_dict(state_dict["train_position"])
+
+    # --- reports ------------------------------------------------------------------------
+    def train_stats(self) -> CorpusStats | None:
+        """Size of the training data before the checks (None for Shar without a stats file)."""
+        if self.shar_dir is not None:
+            return shar_stats(self.shar_dir)
+        return manifest_stats(self._manifest_path(self.train_cuts))
+
+    def estimated_batches_per_epoch(self) -> int | None:
+        """Training batches per epoch and rank, about: total duration / max_duration / world size."""
+        stats = self.train_stats()
+        if stats is None or stats.cuts == 0:
+            return None
+        return max(1, math.ceil(stats.seconds / self.max_duration / self._dist()[0]))
+
+    def read_summary(self) -> dict[str, float]:
+        """Cuts and hours of audio the training loaders delivered on this rank so far."""
+        return {
+            "cuts": sum(loader.cuts_read for loader in self._train_loaders),
+            "hours": sum(loader.seconds_read for loader in self._train_loaders) / 3600,
+        }
 
     def skip_report(self) -> dict[str, int]:
         """reason -> number of distinct cuts skipped so far (up-front checks and workers)."""

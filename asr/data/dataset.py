@@ -2,9 +2,9 @@
 
 A Lhotse sampler hands `__getitem__` a whole CutSet (one batch). Bad items are
 dropped from the batch, not raised: the batch comes back with the list of
-(reason, cut id) it skipped, and `SkipCountingLoader` (main process) strips that
-list and accumulates it, because counters inside worker processes never reach
-the trainer. An unreadable noise file drops nothing: that speech cut is kept
+(reason, cut id) it skipped, and `asr.data.loader.SkipCountingLoader` (main
+process) strips that list and accumulates it, because counters inside worker
+processes never reach the trainer. An unreadable noise file drops nothing: that speech cut is kept
 without noise and the noise cut is listed under ``noise_<reason>``.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Iterator
 
 import torch
 from lhotse import CutSet
@@ -28,11 +27,12 @@ Skipped = list[tuple[str, str]]  # (reason, cut id)
 
 
 class AsrDataset(torch.utils.data.Dataset):
-    """CutSet -> (Batch, skipped). `tokens` maps cut id -> token ids, validated up front."""
+    """CutSet -> (Batch, skipped, seconds read). Token ids come from `tokenizer.encode` of
+    the cut's text (the data module has already dropped cuts whose text has no content)."""
 
     def __init__(
         self,
-        tokens: dict[str, list[int]],
+        tokenizer,
         extractor: FbankExtractor,
         speed_perturb: bool = False,
         spec_augment: SpecAugment | None = None,
@@ -40,7 +40,7 @@ class AsrDataset(torch.utils.data.Dataset):
         noise_prob: float = 0.5,
         snr_range_db: tuple[float, float] = (10.0, 20.0),
     ) -> None:
-        self.tokens = tokens
+        self.tokenizer = tokenizer
         self.extractor = extractor
         self.speed_perturb = speed_perturb
         self.spec_augment = spec_augment
@@ -64,9 +64,10 @@ class AsrDataset(torch.utils.data.Dataset):
                 wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
         return wav
 
-    def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped]:
+    def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
         feats, tokens, keys, texts = [], [], [], []
         skipped: Skipped = []
+        seconds = 0.0
         for cut in cuts:
             try:
                 wav = self._waveform(cut, skipped)
@@ -82,45 +83,17 @@ class AsrDataset(torch.utils.data.Dataset):
             f = self.extractor(wav)  # (T, F)
             if self.spec_augment is not None:
                 f = self.spec_augment(f)
+            text = cut_text(cut)
             feats.append(f)
-            tokens.append(self.tokens[cut.id])
+            tokens.append(self.tokenizer.encode(text))
             keys.append(cut.id)
-            texts.append(cut_text(cut))
-        return Batch.collate(feats, tokens, keys, texts, self.extractor.num_mel_bins), skipped
+            texts.append(text)
+            seconds += cut.duration
+        return Batch.collate(feats, tokens, keys, texts, self.extractor.num_mel_bins), skipped, seconds
 
 
 def cut_text(cut) -> str:
     return " ".join((s.text or "").strip() for s in cut.supervisions).strip()
-
-
-class SkipCountingLoader:
-    """Wraps a DataLoader of (Batch, skipped): yields Batches, records skips by reason.
-
-    Exposes `.sampler` so Lightning calls `set_epoch` on it. A batch in which every
-    item was bad is dropped in a single process; under DDP it is yielded with B = 0,
-    since dropping it on one rank only would desynchronize the ranks.
-    """
-
-    def __init__(self, loader: torch.utils.data.DataLoader, skipped: dict[str, set[str]], world_size: int = 1):
-        self.loader = loader
-        self.dataset = loader.dataset
-        self.sampler = loader.sampler
-        self.batch_sampler = None  # Lightning reads it when checking val/test loaders for shuffling
-        self.skipped = skipped
-        self.world_size = world_size
-
-    def __iter__(self) -> Iterator[Batch]:
-        before = sum(len(ids) for ids in self.skipped.values())
-        for batch, skipped in self.loader:
-            for reason, cut_id in skipped:
-                self.skipped[reason].add(cut_id)
-            if batch.feats.shape[0] == 0 and self.world_size == 1:
-                continue
-            yield batch
-        after = sum(len(ids) for ids in self.skipped.values())
-        if after > before:
-            report = {reason: len(ids) for reason, ids in sorted(self.skipped.items()) if ids}
-            log.warning("data: %d more cuts skipped this pass; skipped so far by reason: %s", after - before, report)
 
 
 def new_skip_registry() -> dict[str, set[str]]:

@@ -118,6 +118,9 @@ def train_sentencepiece(
 ) -> Path:
     """Train a sentencepiece model whose wrapper vocab (pieces + <sos/eos>) has `vocab_size` ids.
 
+    `texts` is streamed into `<out_dir>/train_text.txt`; sentencepiece samples at most
+    2M sentences of it, so memory stays bounded whatever the corpus size.
+
     On a small text set sentencepiece may make fewer pieces than asked
     (hard_vocab_limit off); the model file is the truth either way.
     """
@@ -129,11 +132,16 @@ def train_sentencepiece(
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.model"):
         old.unlink()  # load_tokenizer picks the single model in the folder
-    lines = [t.strip() for t in texts if t and t.strip()]
+    # streamed to disk one line at a time: `texts` may be a lazy pass over a large manifest
+    text_file = out_dir / "train_text.txt"
+    lines = 0
+    with open(text_file, "w", encoding="utf-8") as f:
+        for text in texts:
+            if text and text.strip():
+                f.write(text.strip() + "\n")
+                lines += 1
     if not lines:
         raise ValueError("no non-empty transcripts to train the tokenizer on")
-    text_file = out_dir / "train_text.txt"
-    text_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     prefix = out_dir / f"{model_type}{vocab_size}"
     spm.SentencePieceTrainer.train(
         input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size - 1, model_type=model_type,

@@ -112,6 +112,8 @@ def format_summary(summary: dict) -> str:
         f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
         f"time            : {summary['seconds']:.1f} s",
         f"non-finite skips: {summary['nonfinite_skips']}",
+        f"training data   : {summary['train_data_read']['cuts']} cuts, "
+        f"{summary['train_data_read']['hours']:.2f} h read (this rank)",
         "skipped utts    : "
         + (", ".join(f"{k}={v}" for k, v in sorted(summary["skipped_utterances"].items())) or "none"),
         "=" * 64,
@@ -149,6 +151,7 @@ def train(cfg: DictConfig) -> dict:
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),
         "skipped_utterances": dict(datamodule.skip_report()),
+        "train_data_read": datamodule.read_summary(),
         "resumed_from": ckpt_path,
     }
     if trainer.is_global_zero:

@@ -1,7 +1,7 @@
 import torch
 
 from asr.data.audio import cut_waveform
-from asr.data.cmvn import compute_cmvn, load_cmvn, save_cmvn
+from asr.data.cmvn import compute_cmvn, evenly_spread, load_cmvn, save_cmvn
 from asr.data.features import FbankExtractor
 from asr.data.manifest import read_cuts
 
@@ -31,3 +31,21 @@ def test_cmvn_subset_is_spread_over_the_manifest(tiny_corpus):
     assert chosen[-1] is not cuts[keep - 1]
     assert stats["frames"] == frames.shape[0]
     assert torch.allclose(torch.tensor(stats["mean"], dtype=torch.float64), frames.mean(0), atol=1e-6)
+
+
+def test_streamed_cmvn_equals_the_in_memory_one(tiny_corpus):
+    path = tiny_corpus / "cuts_train.jsonl.gz"
+    eager = list(read_cuts(path))
+    keep = len(eager) // 2
+    in_memory = compute_cmvn(eager, max_cuts=keep, num_workers=0)
+    # two workers each read the lazy manifest; round-robin collection keeps the cut order,
+    # so even the float64 sums are bit-identical
+    streamed = compute_cmvn(read_cuts(path, lazy=True), max_cuts=keep, num_workers=2)
+    assert streamed == in_memory
+    assert compute_cmvn(read_cuts(path, lazy=True), max_cuts=keep, num_workers=0, total=len(eager)) == in_memory
+
+
+def test_evenly_spread_streams_every_kth_item():
+    assert list(evenly_spread(iter(range(10)), 10, 4)) == [0, 2, 5, 7]
+    assert list(evenly_spread(iter(range(3)), 3, 5)) == [0, 1, 2]
+    assert list(evenly_spread(iter(range(6)), 6, None)) == list(range(6))

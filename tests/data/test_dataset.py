@@ -18,15 +18,21 @@ def _speech_and_noise(folder):
     return speech, noise
 
 
+class _FixedTokenizer:
+    def encode(self, text):
+        return [3, 4] if text == "hello" else []
+
+
 def _dataset(noise) -> AsrDataset:
-    return AsrDataset({"speech": [3, 4]}, FbankExtractor(), noise_cuts=CutSet.from_cuts([noise]), noise_prob=1.0)
+    return AsrDataset(_FixedTokenizer(), FbankExtractor(), noise_cuts=CutSet.from_cuts([noise]), noise_prob=1.0)
 
 
 def test_a_bad_noise_file_is_a_noise_skip_and_the_speech_cut_is_kept(tmp_path):
     speech, noise = _speech_and_noise(tmp_path)
     (tmp_path / "noise.wav").write_bytes(b"RIFF no longer audio")  # went bad after import
-    batch, skipped = _dataset(noise)[CutSet.from_cuts([speech])]
+    batch, skipped, seconds = _dataset(noise)[CutSet.from_cuts([speech])]
     assert batch.keys == ["speech"] and batch.tokens[0].tolist() == [3, 4]
+    assert seconds == speech.duration  # the speech cut counts as read
     assert skipped == [("noise_audio_corrupt", "noise")]
     # the speech went through clean
     clean = FbankExtractor()(cut_waveform(speech))  # (T, F)
@@ -35,7 +41,7 @@ def test_a_bad_noise_file_is_a_noise_skip_and_the_speech_cut_is_kept(tmp_path):
 
 def test_a_good_noise_file_is_mixed_in_and_nothing_is_skipped(tmp_path):
     speech, noise = _speech_and_noise(tmp_path)
-    batch, skipped = _dataset(noise)[CutSet.from_cuts([speech])]
+    batch, skipped, _ = _dataset(noise)[CutSet.from_cuts([speech])]
     assert batch.keys == ["speech"] and skipped == []
     clean = FbankExtractor()(cut_waveform(speech))  # (T, F)
     assert not torch.allclose(batch.feats[0, : clean.shape[0]], clean, atol=1e-3)
