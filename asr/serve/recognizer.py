@@ -16,12 +16,18 @@ a fresh decoder while the encoder state goes on (continuous decoding; the memory
 stays bounded by ``left_chunks``). ``finish()`` marks the end of the audio; the
 next ``decode()`` flushes the last partial chunk and makes the final result.
 
+A stream whose step raises (e.g. ``TooLongForTable`` once an ``abs_learned``
+stream's absolute time passes its table) fails alone: a batched step that raises
+is rerun stream by stream, the stream that still raises gets ``error`` set and
+decodes nothing more, and the other streams' chunks go on as if it were absent.
+
 Threads: ``accept_waveform`` and ``finish`` may be called from any thread;
 ``decode``, ``result``, ``reset`` and ``is_endpoint`` from one thread at a time.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -29,10 +35,13 @@ import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import rescoring_scores
+from asr.model.positions import TooLongForTable
 from asr.serve.batching import split_state, stack_states
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.streaming.recognizer import IncrementalFbank
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,7 @@ class Stream:
         self._segment = 0
         self._final: Result | None = None  # set when the utterance ended
         self._done = False  # audio finished and flushed
+        self.error: str | None = None  # why decoding this stream failed; it decodes nothing more then
         self.new_frames = 0  # encoder frames decoded by the last decode() (partial result changed)
 
     # ---- any thread ----------------------------------------------------------
@@ -111,6 +121,8 @@ class Stream:
         if samples.dim() != 1:
             raise ValueError(f"samples must be 1-D (n,) mono, got shape {tuple(samples.shape)}.")
         with self._lock:
+            if self.error is not None:
+                raise ValueError(f"this stream failed ({self.error}); create a new stream for new audio.")
             if self._input_finished:
                 raise ValueError("finish() was called on this stream; create a new stream for new audio.")
             self._inbox.append(samples)
@@ -170,21 +182,33 @@ class Stream:
 
     def _has_chunk(self) -> bool:
         return (
-            self._final is None and self._feats is not None and self._feats.size(0) >= self._rec.chunk_span
+            self.error is None and self._final is None and self._feats is not None and self._feats.size(0) >= self._rec.chunk_span
         )
 
     def _needs_flush(self) -> bool:
         with self._lock:
             finished = self._input_finished and not self._inbox
-        return finished and self._final is None and not self._done and not self._has_chunk()
+        return (
+            finished and self.error is None and self._final is None and not self._done and not self._has_chunk()
+        )
 
-    def _take_chunk(self) -> torch.Tensor:
-        """(span, F) features of the next chunk; drops the frames no later chunk needs."""
-        span, step = self._rec.chunk_span, self._rec.chunk_step
-        chunk = self._feats[:span]
-        rest = self._feats[step:]
+    def _next_chunk(self) -> torch.Tensor:
+        """(span, F) features of the next chunk (still held until ``_drop_chunk``)."""
+        return self._feats[: self._rec.chunk_span]
+
+    def _drop_chunk(self) -> None:
+        """The chunk was encoded: drop the frames no later chunk needs."""
+        rest = self._feats[self._rec.chunk_step :]
         self._feats = rest if rest.size(0) > 0 else None
-        return chunk
+
+    def _fail(self, err: Exception) -> None:
+        """Stop decoding this stream for good; ``error`` says why (the others go on)."""
+        with self._lock:
+            self.error = f"{type(err).__name__}: {err}"
+            self._inbox, self._inbox_samples = [], 0  # free what it will never decode
+        self._feats = None
+        if not isinstance(err, TooLongForTable):  # an expected limit needs no traceback in the log
+            log.error("stream failed", exc_info=err)
 
     def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor) -> None:
         """Decode c new frames: enc_out (c, D), log_probs (c, V)."""
@@ -307,27 +331,51 @@ class Recognizer:
             if not ready:
                 break
             for start in range(0, len(ready), self.max_batch):
-                self._step(ready[start : start + self.max_batch])
+                self._step_isolated(ready[start : start + self.max_batch])
             changed += [s for s in ready if s not in changed]
         for stream in streams:
             if stream._needs_flush():
-                stream._flush()
+                try:
+                    stream._flush()
+                except Exception as err:  # noqa: BLE001 - one stream's failure must not stop the others
+                    stream._fail(err)
                 if stream not in changed:
                     changed.append(stream)
         return changed
 
+    def _step_isolated(self, streams: list[Stream]) -> None:
+        """:meth:`_step`; if the batch raises, each stream alone, and the ones that still raise fail."""
+        try:
+            self._step(streams)
+            return
+        except Exception as err:  # noqa: BLE001
+            if len(streams) == 1:
+                streams[0]._fail(err)
+                return
+        # The failed batch changed no stream (states and chunks are only committed after the step).
+        for stream in streams:
+            self._step_isolated([stream])
+
     def _step(self, streams: list[Stream]) -> None:
-        """One chunk of every stream in ``streams`` as one batched stream_step."""
-        feats = torch.stack([s._take_chunk() for s in streams]).to(self.device)  # (B, span, F)
-        state = stack_states([s._state for s in streams])
+        """One chunk of every stream in ``streams`` as one batched stream_step.
+
+        Nothing of a stream changes before the batched step has succeeded, so a
+        batch that raises can be rerun stream by stream.
+        """
+        feats = torch.stack([s._next_chunk() for s in streams]).to(self.device)  # (B, span, F)
+        state = stack_states([s._state for s in streams])  # new tensors: the streams' states stay as they were
         out, state = self.model.encoder.stream_step(feats, state)  # (B, C, D)
         state.feats = None  # each stream keeps its own feature overlap (its next chunk starts at `step`)
         log_probs = self.model.ctc_log_probs(out)  # (B, C, V)
-        for row, (stream, row_state) in enumerate(zip(streams, split_state(state))):
-            stream._state = row_state
-            # Clones: a view would keep the whole (B, C, *) batch alive for the utterance.
-            stream._consume(out[row].clone(), log_probs[row].clone())
         self.batch_sizes.append(len(streams))
+        for row, (stream, row_state) in enumerate(zip(streams, split_state(state))):
+            stream._drop_chunk()
+            stream._state = row_state
+            try:
+                # Clones: a view would keep the whole (B, C, *) batch alive for the utterance.
+                stream._consume(out[row].clone(), log_probs[row].clone())
+            except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
+                stream._fail(err)
 
     def _word_piece(self, token: int) -> str:
         """The token's piece for word grouping; "" for specials the tokenizer leaves out of text (<unk>)."""

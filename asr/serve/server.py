@@ -13,6 +13,10 @@ start, odd byte counts, audio arriving faster than it is decoded (backlog over
 read, frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
 connections over ``max_connections`` (code 1013). A client that disconnects
 mid-utterance just has its stream removed.
+
+A stream whose decoding fails (e.g. an ``abs_learned`` model past its position
+table under continuous decoding) gets ``{"status": "failed", "message": ...}``
+and a close (code 1011) while the other streams of the same round go on.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from asr.serve.recognizer import Recognizer, Stream
 
 log = logging.getLogger(__name__)
 
-CLOSE_POLICY, CLOSE_BUSY, CLOSE_NORMAL = 1008, 1013, 1000
+CLOSE_POLICY, CLOSE_BUSY, CLOSE_NORMAL, CLOSE_SERVER_ERROR = 1008, 1013, 1000, 1011
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,8 @@ class AsrServer:
             raise ProtocolError("binary data after the end signal")
         samples = pcm16_to_float(data)
         stream = session.stream
+        if stream.error is not None:
+            return  # its failure reply is on the way; the audio has nowhere to go
         stream.accept_waveform(self.recognizer.extractor.sample_rate, samples)
         if stream.backlog_s > self.config.max_backlog_s:
             raise ProtocolError(
@@ -241,7 +247,11 @@ class AsrServer:
             if session is None:  # the connection closed during the round
                 continue
             items: list = []
-            if stream.is_endpoint() or stream.is_done():
+            if stream.error is not None:
+                session.stopped = True
+                items += [failed(f"recognition failed: {stream.error}"),
+                          _Close(CLOSE_SERVER_ERROR, "recognition failed")]
+            elif stream.is_endpoint() or stream.is_done():
                 items.append(result_message(stream.result(session.nbest), session.nbest))
                 if stream.is_endpoint() and session.continuous:
                     stream.reset()

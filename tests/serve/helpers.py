@@ -16,18 +16,19 @@ def tiny_tokenizer(folder: Path):
     return load_tokenizer(write_char_units(["abc de fgh"], folder))
 
 
-def model_kwargs(tokenizer, pos_enc: str = "rel_xl") -> dict:
+def model_kwargs(tokenizer, pos_enc: str = "rel_xl", **scheme_options) -> dict:
+    """``scheme_options``: position-scheme options (e.g. ``max_len`` for abs_learned)."""
     return dict(
         vocab_size=tokenizer.vocab_size, sos_eos_id=tokenizer.sos_eos_id, blank_id=tokenizer.blank_id,
         encoder_kwargs=dict(pos_enc=pos_enc, input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2, ffn_dim=64,
-                            conv_kernel=3, causal=True),
+                            conv_kernel=3, causal=True, **scheme_options),
         decoder_layers=1, r2l_decoder_layers=0, decoder_heads=2, decoder_ffn_dim=64,
     )
 
 
-def tiny_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0):
+def tiny_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0, **scheme_options):
     torch.manual_seed(seed)
-    model = build_asr_model(**model_kwargs(tokenizer, pos_enc))
+    model = build_asr_model(**model_kwargs(tokenizer, pos_enc, **scheme_options))
     # Fbank values near zero mean, so the random model emits tokens as well as blanks.
     model.encoder.set_cmvn(torch.full((N_MELS,), -5.0), torch.full((N_MELS,), 0.5))
     return model.eval()
