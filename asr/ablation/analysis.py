@@ -136,15 +136,20 @@ def format_interval(i: Interval | None) -> str:
     return "n/a" if i is None else f"{i.value:.2f} [{i.low:.2f}, {i.high:.2f}]"
 
 
+def format_p(p_value: float, replicates: int = DEFAULT_REPLICATES) -> str:
+    """``p=0.041``; a bootstrap p of 0 only says p < 2 / replicates, so it is written so."""
+    return f"p<{2 / replicates:.2g}" if p_value == 0.0 else f"p={p_value:.3f}"
+
+
 def format_difference(d: PairedDifference | None) -> str:
     if d is None:
         return "—"
-    return f"{d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}], p={d.p_value:.3f}"
+    return f"{d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}], {format_p(d.p_value)}"
 
 
 def compare_sentence(scheme: str, reference: str, d: PairedDifference, what: str) -> str:
     """One finding about ``scheme`` vs ``reference``; a direction only when the interval excludes zero."""
-    span = f"{d.difference:+.2f} points, 95% CI [{d.low:+.2f}, {d.high:+.2f}], p={d.p_value:.3f}"
+    span = f"{d.difference:+.2f} points, 95% CI [{d.low:+.2f}, {d.high:+.2f}], {format_p(d.p_value)}"
     if not d.resolved:
         return f"`{scheme}` vs `{reference}` on {what}: not resolved ({span}; the interval includes zero)."
     verdict = "lower (better)" if d.difference < 0 else "higher (worse)"
