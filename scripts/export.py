@@ -1,0 +1,76 @@
+"""Export a checkpoint's streaming encoder step (explicit state tensors in and out) as ONNX and TorchScript.
+
+One call of the exported step encodes one whole chunk of one stream:
+inputs feats (1, S, F) raw fbank, keys/values (L, 1, H, M, Dh), conv (L, 1, D, k-1),
+valid (1,) and time (1,) int64; outputs the chunk's encoder frames (1, C, D) and the
+same state tensors for the next chunk (see asr/serve/export.py). The sizes are stored
+in the files (ONNX metadata / TorchScript extra file "asr_encoder_step").
+
+Usage:
+    python scripts/export.py --checkpoint exp/run/checkpoints/last.ckpt --out-dir exported/
+    python scripts/export.py --checkpoint last.ckpt --out-dir exported/ --chunk-size 16 --left-chunks 4 --int8
+    python scripts/export.py --checkpoint last.ckpt --out-dir exported/ --format onnx
+
+Writes encoder_step.onnx, encoder_step.pt (TorchScript) and, with --int8,
+encoder_step.int8.onnx (dynamic int8 weights). Needs the optional extra:
+pip install -e '.[export]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    parser.add_argument("--out-dir", required=True, type=Path, help="folder for the exported files")
+    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per chunk (default 16)")
+    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory, >= 1 (default 4)")
+    parser.add_argument("--format", choices=("both", "onnx", "torchscript"), default="both")
+    parser.add_argument("--int8", action="store_true", help="also write a dynamically int8-quantized ONNX file")
+    args = parser.parse_args(argv)
+    if args.int8 and args.format == "torchscript":
+        parser.error("--int8 quantizes the ONNX file; use --format onnx or both")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    from asr.serve.export import EncoderStep, ExportError, export_onnx, export_torchscript, quantize_int8
+    from asr.train.checkpoint import load_model
+
+    try:
+        model, _, _ = load_model(args.checkpoint)
+        step = EncoderStep(model.encoder, args.chunk_size, args.left_chunks)
+    except (OSError, KeyError, ValueError) as err:  # ExportError is a ValueError
+        kind = "cannot export" if isinstance(err, ExportError) else "error"
+        print(f"{kind}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if args.format in ("both", "onnx"):
+        onnx_path = export_onnx(step, args.out_dir / "encoder_step.onnx")
+        written.append(onnx_path)
+        if args.int8:
+            written.append(quantize_int8(onnx_path, args.out_dir / "encoder_step.int8.onnx"))
+    if args.format in ("both", "torchscript"):
+        written.append(export_torchscript(step, args.out_dir / "encoder_step.pt"))
+    spec = step.spec
+    print(f"chunk {spec.chunk_size} frames ({spec.chunk_span} feature frames in), "
+          f"{spec.left_chunks} left chunks, scheme {spec.pos_enc}")
+    for path in written:
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
