@@ -19,6 +19,8 @@ Usage:
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
+  python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri \
+      --shar-dir data/libri/shar --shard-size 1000   # + the train split as Shar shards (data.shar_dir=...)
   python scripts/prepare_data.py --corpus wenet --src train=/x/train/data.list dev=/x/dev/data.list \
       test=/x/test/data.list --data-dir data/mycorpus          # same SPLIT=PATH form for kaldi / nemo
 """
@@ -36,6 +38,7 @@ from asr.data.importers import IMPORTERS
 from asr.data.dataset import cut_text
 from asr.data.manifest import manifest_stats, read_cuts, write_cuts
 from asr.data.probes import PROBE_FILE, build_probe_set
+from asr.data.shar import shard_paths, write_shar
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 
@@ -63,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
+    p.add_argument("--shar-dir", default=None,
+                   help="also write the train split as Lhotse Shar shards (cuts + flac audio) into this empty "
+                        "folder; train from them with data.shar_dir=DIR")
+    p.add_argument("--shard-size", type=int, default=1000, help="cuts per Shar shard (default 1000)")
     p.add_argument("--cmvn-max-utts", type=int, default=8000,
                    help="CMVN from N train cuts spread evenly over the manifest (default 8000, ~1.9M "
                         "frames of synth: the 80 means and variances are settled long before; 0 = all)")
@@ -131,6 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     cmvn_path = save_cmvn(stats, out / "cmvn.json")
     print(f"cmvn: {stats['frames']} frames ({stats['skipped']} cuts unreadable) -> {cmvn_path}")
     print(f"manifests: {sorted(p.name for p in out.glob('cuts_*.jsonl.gz'))} in {out}")
+    if args.shar_dir:
+        shar = write_shar(read_cuts(train_path, out, lazy=True), args.shar_dir, args.shard_size)
+        print(f"shar: {shar.cuts} cuts, {shar.hours:.2f} h in {len(shard_paths(args.shar_dir)['cuts'])} shards "
+              f"-> {args.shar_dir}")
     print(f"done in {time.perf_counter() - started:.1f} s")
 
 

@@ -238,6 +238,9 @@ class AsrDataModule(L.LightningDataModule):
         listeners = [shar.set_epoch] if shar is not None else []
         loader = self._loader(dataset, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:
+            # Lightning starts iterating (prefetching) a resumed run's loader before its
+            # set_epoch call, so the sampler must already be in the interrupted epoch
+            loader.sampler.set_epoch(self._resume_position.epoch)
             loader.resume_at(self._resume_position)
             self._resume_position = None
         self._train_loaders.append(loader)

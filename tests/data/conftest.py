@@ -29,6 +29,16 @@ def tiny_corpus(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_shar(tiny_corpus, tmp_path_factory) -> Path:
+    """The tiny train split as Lhotse Shar shards of 4 cuts."""
+    from asr.data.shar import write_shar
+
+    out = tmp_path_factory.mktemp("shar") / "train"
+    write_shar(read_cuts(tiny_corpus / "cuts_train.jsonl.gz", lazy=True), out, shard_size=4)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_texts(tiny_corpus) -> list[str]:
     return [c.supervisions[0].text for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")]
 
