@@ -162,3 +162,29 @@ def test_two_ranks_resume_exactly_with_gloo(tiny_corpus, char_dir, tmp_path):
     resumed = _fit_ddp(tiny_corpus, char_dir, tmp_path / "b", ckpt_path=tmp_path / "a" / "interrupted.ckpt")
     for rank in (0, 1):
         assert first[rank] + resumed[rank] == full[rank]
+
+
+def _rank_loader(batches, monkeypatch, other_rank_batches):
+    """A 2-rank loader whose peer rank has ``other_rank_batches`` batches (the all-reduce is simulated)."""
+    calls = []
+
+    def all_have(have):
+        calls.append(have)
+        return have and len(calls) <= other_rank_batches
+
+    monkeypatch.setattr("asr.data.loader._all_ranks_have_batch", all_have)
+    sampler = ResumableSampler(_ListSampler(batches))
+    return SkipCountingLoader(_FakeLoader(sampler, set()), new_skip_registry(), world_size=2,
+                              stop_with_first_rank=True), calls
+
+
+def test_ranks_with_uneven_data_end_the_epoch_together(monkeypatch):
+    batches = [["a"], ["b"], ["c"], ["d"]]
+    # the peer has 2 batches: this rank stops after 2 too, dropping its rest
+    loader, calls = _rank_loader(batches, monkeypatch, other_rank_batches=2)
+    assert [b.keys for b in loader] == [["a"], ["b"]]
+    assert calls == [True, True, True]  # the third all-reduce said "someone is out"
+    # the peer has more: this rank, out first, joins the peer's pending all-reduce with "no batch"
+    loader, calls = _rank_loader(batches, monkeypatch, other_rank_batches=9)
+    assert [b.keys for b in loader] == batches
+    assert calls == [True, True, True, True, False]
