@@ -12,6 +12,7 @@ reads the main process's and the workers' peak RSS (``ru_maxrss``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import subprocess
@@ -86,7 +87,9 @@ def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, m
     first_batch_s = time.perf_counter() - started
     for _ in range(batches - 1):
         next(batch_iter)
-    batch_iter.close()  # shuts the workers down, so their peak RSS is in RUSAGE_CHILDREN
+    batch_iter.close()
+    del batch_iter
+    gc.collect()  # frees the DataLoader iterator, which joins its workers: their peak RSS is in RUSAGE_CHILDREN
     return {
         "first_batch_s": first_batch_s,
         "main_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
