@@ -107,13 +107,25 @@ class _AddShiftedBlocks(torch.autograd.Function):
 _TABLES: dict[tuple, Tensor] = {}
 
 
+def _tracing() -> bool:
+    """True while torch.export or torch.compile traces (their tensors must not be cached)."""
+    compiler = torch.compiler
+    return compiler.is_compiling() or (hasattr(compiler, "is_exporting") and compiler.is_exporting())
+
+
 def relative_sinusoids(keys: int, queries: int, dim: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     """Sinusoid rows for r = K-1 down to -(C-1): (K+C-1, dim), a view of a cached table.
 
     Inference-mode tensors cannot be saved for backward, so they are cached apart.
     """
-    key = (dim, device, dtype, torch.is_inference_mode_enabled())
     need = max(keys, queries)
+    if _tracing():
+        # A table built while torch.export / torch.compile traces is the tracer's tensor,
+        # not data: cached, it corrupted every later eager step in the process (an ONNX
+        # export followed by eager streaming differed by 0.04). Build it fresh, keep nothing.
+        r = torch.arange(keys - 1, -queries, -1, device=device, dtype=torch.float64)  # (K+C-1,)
+        return sinusoid_table(r, dim).to(dtype)
+    key = (dim, device, dtype, torch.is_inference_mode_enabled())
     table = _TABLES.get(key)
     if table is None or (table.size(0) + 1) // 2 < need:
         n = max(need, 2 * ((table.size(0) + 1) // 2) if table is not None else 256)
