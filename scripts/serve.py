@@ -10,6 +10,11 @@ Usage:
     python scripts/serve.py --checkpoint exp/run/checkpoints/last.ckpt
     python scripts/serve.py --checkpoint last.ckpt --port 10086 --max-connections 32 --chunk-size 16
     python scripts/serve.py --checkpoint last.ckpt --host 0.0.0.0   # reachable from other machines
+    python scripts/serve.py --checkpoint last.ckpt --backend onnx --onnx-model export/encoder_step.onnx
+
+--backend onnx runs the encoder's whole chunks through a step written by
+scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
+time; the last partial chunk of a stream, CTC and rescoring stay eager.
 
 Binds to 127.0.0.1 unless --host says otherwise. Ctrl-C stops it.
 """
@@ -45,12 +50,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for decoding (default 1)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
+    parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",
+                        help="encoder chunk step: eager PyTorch, batched over streams, or an ONNX export (default eager)")
+    parser.add_argument("--onnx-model", help="encoder_step.onnx written by scripts/export.py (with --backend onnx)")
     args = parser.parse_args(argv)
     if args.chunk_size <= 0:
         parser.error(f"--chunk-size ({args.chunk_size}) must be > 0")
     if args.max_connections < 1 or args.threads < 1:
         parser.error("--max-connections and --threads must be >= 1")
+    if args.backend == "onnx" and not args.onnx_model:
+        parser.error("--backend onnx needs --onnx-model PATH (write one with scripts/export.py)")
+    if args.backend == "eager" and args.onnx_model:
+        parser.error("--onnx-model is only used with --backend onnx")
     return args
 
 
@@ -61,9 +74,20 @@ def build_server(args: argparse.Namespace):
     from asr.train.checkpoint import load_model
 
     model, tokenizer, _ = load_model(args.checkpoint)
+    model.eval()
+    chunk_encoder = None
+    if args.backend == "onnx":
+        from asr.serve.encoders import OnnxChunkEncoder
+        from asr.serve.export import OnnxEncoderStep
+
+        if not os.path.isfile(args.onnx_model):
+            raise ValueError(f"--onnx-model {args.onnx_model} is not a file (write one with scripts/export.py)")
+        runner = OnnxEncoderStep(args.onnx_model, threads=args.threads)
+        chunk_encoder = OnnxChunkEncoder(runner, model.encoder, args.chunk_size, args.left_chunks)
     recognizer = Recognizer(
-        model.eval(), tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
+        model, tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
         ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
+        chunk_encoder=chunk_encoder,
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)
@@ -72,7 +96,7 @@ def build_server(args: argparse.Namespace):
 
 async def serve(args: argparse.Namespace) -> None:
     server = await build_server(args).start()
-    print(f"serving on ws://{args.host}:{server.port} (Ctrl-C stops)", flush=True)
+    print(f"serving on ws://{args.host}:{server.port} (Ctrl-C stops; {args.backend} backend)", flush=True)
     try:
         await server.serve_forever()
     finally:

@@ -61,12 +61,16 @@ async def stream_audio(
     nbest: int = 1,
     continuous_decoding: bool = False,
     on_reply=None,
+    speed: float = 1.0,
 ) -> Session:
     """Send start, the samples (float (n,) in [-1, 1]) in ``piece_s`` pieces, end; read until the server closes.
 
-    ``realtime`` paces the pieces at the audio's own speed, as a microphone would.
+    ``realtime`` paces the pieces at ``speed`` times the audio's own speed (1: as a microphone
+    would; below 1: a client slower than real time).
     ``on_reply(reply)`` is called for every reply as it arrives.
     """
+    if speed <= 0:
+        raise ValueError(f"speed ({speed}) must be > 0.")
     session = Session()
     piece = max(1, int(piece_s * sample_rate))
     async with connect(uri, max_size=None) as ws:
@@ -89,7 +93,7 @@ async def stream_audio(
                 chunk = samples[offset : offset + piece]
                 sent_s = (offset + len(chunk)) / sample_rate
                 if realtime:
-                    await asyncio.sleep(max(0.0, start + sent_s - time.perf_counter()))
+                    await asyncio.sleep(max(0.0, start + sent_s / speed - time.perf_counter()))
                 await ws.send(float_to_pcm16(chunk))
                 session.sent_at.append((sent_s, time.perf_counter()))
             await ws.send(json.dumps({"signal": "end"}))

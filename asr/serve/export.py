@@ -236,25 +236,38 @@ class OnnxEncoderStep:
         self.spec = StepSpec.from_json(meta[METADATA_KEY])
         self.reset()
 
+    def initial_state(self) -> list[np.ndarray]:
+        """A new stream's state (the five state tensors of the module docstring, as numpy)."""
+        return [t.numpy() for t in self.spec.initial_state()]
+
     def reset(self) -> None:
-        """Start a new stream."""
-        self.state = [t.numpy() for t in self.spec.initial_state()]
+        """Start a new stream (the state :meth:`step` carries)."""
+        self.state = self.initial_state()
 
     @property
     def time(self) -> int:
         return int(self.state[-1][0])
 
     def step(self, feats: np.ndarray) -> np.ndarray:
-        """feats (1, S, F) float32 of the next whole chunk -> out (1, C, D)."""
+        """feats (1, S, F) float32 of the next whole chunk -> out (1, C, D), carrying the state here."""
+        out, self.state = self.run(feats, self.state)
+        return out
+
+    def run(self, feats: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """feats (1, S, F) and a stream's state -> out (1, C, D) and its next state (``state`` is not changed).
+
+        The stateless form, for a server that keeps one state per stream over one session.
+        """
         spec = self.spec
         if feats.shape != (1, spec.chunk_span, spec.input_dim):
             raise ValueError(f"feats must be (1, {spec.chunk_span}, {spec.input_dim}); got {feats.shape}.")
-        if spec.max_len is not None and self.time + spec.chunk_size > spec.max_len:
+        time = int(state[-1][0])
+        if spec.max_len is not None and time + spec.chunk_size > spec.max_len:
             raise TooLongForTable(
                 f"abs_learned has max_len={spec.max_len} positions but the next chunk ends at time "
-                f"{self.time + spec.chunk_size - 1}; raise pos_enc.max_len or use a relative scheme."
+                f"{time + spec.chunk_size - 1}; raise pos_enc.max_len or use a relative scheme."
             )
-        out, *self.state = self.session.run(
-            list(OUTPUT_NAMES), dict(zip(INPUT_NAMES, [feats.astype(np.float32), *self.state]))
+        out, *next_state = self.session.run(
+            list(OUTPUT_NAMES), dict(zip(INPUT_NAMES, [feats.astype(np.float32), *state]))
         )
-        return out
+        return out, next_state

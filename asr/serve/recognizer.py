@@ -7,8 +7,9 @@ Flow (sherpa-onnx style): each :class:`Stream` takes audio with
 ``accept_waveform`` (cheap: the samples are queued); :meth:`Recognizer.decode`
 turns queued audio into fbank frames, then runs every stream that holds a whole
 chunk (``window + rate * (C - 1)`` feature frames) through ONE batched
-``encoder.stream_step`` (states stacked by :mod:`asr.serve.batching`) and one
-CTC projection, and advances each stream's CTC prefix beam search and endpoint
+``encoder.stream_step`` (states stacked by :mod:`asr.serve.batching`; or, with an
+``OnnxChunkEncoder``, an exported step stream by stream, see :mod:`asr.serve.encoders`)
+and one CTC projection, and advances each stream's CTC prefix beam search and endpoint
 detector. A stream whose endpoint fires stops consuming audio until ``reset()``:
 its final result (attention-rescored n-best, word timestamps from the CTC
 alignment) is ready in ``result()``. ``reset()`` starts the next utterance with
@@ -36,7 +37,7 @@ import torch
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import rescoring_scores
 from asr.model.positions import TooLongForTable
-from asr.serve.batching import split_state, stack_states
+from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.streaming.recognizer import IncrementalFbank
@@ -98,7 +99,7 @@ class Stream:
         self._input_finished = False
         self._fbank = IncrementalFbank(recognizer.extractor)
         self._feats: torch.Tensor | None = None  # (T, F) raw fbank frames from the next chunk's start
-        self._state = recognizer.model.encoder.init_state(1, recognizer.chunk_size, recognizer.left_chunks)
+        self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
         self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._utt = _Utterance(start_frame=0)
@@ -165,7 +166,7 @@ class Stream:
             raise ValueError("this stream is finished; create a new stream for new audio.")
         self._search.reset()
         self._endpoint.reset()
-        self._utt = _Utterance(start_frame=self._state.time)
+        self._utt = _Utterance(start_frame=self._rec.chunk_encoder.time(self._state))
         self._final = None
         self._segment += 1
 
@@ -225,7 +226,7 @@ class Stream:
         rec = self._rec
         feats = self._feats if self._feats is not None else torch.zeros(0, rec.num_bins)
         self._feats = None
-        out, self._state = rec.model.encoder.stream_step(feats[None].to(rec.device), self._state, final=True)
+        out = rec.chunk_encoder.flush(feats[None].to(rec.device), self._state)
         if out.size(1) > 0:
             self._consume(out[0], rec.model.ctc_log_probs(out)[0])
         if self._final is None:  # the flushed frames may themselves have ended at an endpoint
@@ -246,6 +247,8 @@ class Recognizer:
         endpoint: endpoint rules (on by default).
         extractor: feature extractor (default ``asr.data.features.FbankExtractor()``).
         max_batch: most streams in one batched step.
+        chunk_encoder: runs whole chunks and the last partial one (``asr.serve.encoders``); default
+            the model's eager ``stream_step``, batched. An ``OnnxChunkEncoder`` runs an exported step.
     """
 
     def __init__(
@@ -260,6 +263,7 @@ class Recognizer:
         endpoint: EndpointConfig | None = None,
         extractor=None,
         max_batch: int = 64,
+        chunk_encoder=None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -283,6 +287,7 @@ class Recognizer:
         self.max_batch = max_batch
         encoder = model.encoder
         encoder.init_state(1, chunk_size, left_chunks)  # validates the chunk arguments and causality now
+        self.chunk_encoder = chunk_encoder or EagerChunkEncoder(encoder, chunk_size, left_chunks)
         self.num_bins = encoder.input_dim
         sub = encoder.subsampling
         # Feature frames behind one chunk of C encoder frames, and the frames a chunk moves on by.
@@ -357,18 +362,16 @@ class Recognizer:
             self._step_isolated([stream])
 
     def _step(self, streams: list[Stream]) -> None:
-        """One chunk of every stream in ``streams`` as one batched stream_step.
+        """One chunk of every stream in ``streams`` through the chunk encoder (eager: one batched stream_step).
 
         Nothing of a stream changes before the batched step has succeeded, so a
         batch that raises can be rerun stream by stream.
         """
         feats = torch.stack([s._next_chunk() for s in streams]).to(self.device)  # (B, span, F)
-        state = stack_states([s._state for s in streams])  # new tensors: the streams' states stay as they were
-        out, state = self.model.encoder.stream_step(feats, state)  # (B, C, D)
-        state.feats = None  # each stream keeps its own feature overlap (its next chunk starts at `step`)
+        out, states = self.chunk_encoder.step(feats, [s._state for s in streams])  # (B, C, D)
         log_probs = self.model.ctc_log_probs(out)  # (B, C, V)
         self.batch_sizes.append(len(streams))
-        for row, (stream, row_state) in enumerate(zip(streams, split_state(state))):
+        for row, (stream, row_state) in enumerate(zip(streams, states)):
             stream._drop_chunk()
             stream._state = row_state
             try:

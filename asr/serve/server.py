@@ -58,10 +58,13 @@ class ServerConfig:
     max_backlog_s: float = 10.0
     max_nbest: int = 10
     max_queued_replies: int = 256
+    close_timeout_s: float = 10.0  # wait for the client's close frame, then drop the TCP connection
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
             raise ValueError(f"server limits must be positive: {self}.")
+        if self.close_timeout_s <= 0:
+            raise ValueError(f"close_timeout_s ({self.close_timeout_s}) must be > 0.")
         if self.max_backlog_s <= 0:
             raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
 
@@ -100,6 +103,7 @@ class AsrServer:
         self._server = None
         self._decoder: asyncio.Task | None = None
         self.rejected_connections = 0
+        self.unread_closed = 0  # connections closed because their reply queue was full (not read)
 
     @property
     def port(self) -> int:
@@ -108,7 +112,8 @@ class AsrServer:
 
     async def start(self) -> AsrServer:
         self._server = await serve(
-            self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes
+            self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes,
+            close_timeout=self.config.close_timeout_s,
         )
         self._decoder = asyncio.create_task(self._decode_loop())
         return self
@@ -217,6 +222,7 @@ class AsrServer:
                 session.outbox.put_nowait(item)
             except asyncio.QueueFull:
                 log.warning("client does not read its replies; closing it")
+                self.unread_closed += 1
                 session.sender.cancel()
                 session.stopped = True
                 asyncio.ensure_future(session.ws.close(CLOSE_POLICY, "replies not read"))
