@@ -17,6 +17,7 @@ Usage:
   python scripts/prepare_data.py --train-hours 0.05 --data-dir /tmp/tiny
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
+  python scripts/prepare_data.py --xengine                    # + test sentences read by flite (evaluation only)
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri \
@@ -41,6 +42,7 @@ from asr.data.probes import PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
+from asr.data.xengine import INSTALL_HINT, XENGINE_FILE, build_xengine_split, flite_path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
                         "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")
+    p.add_argument("--xengine", action="store_true",
+                   help="also render the test transcripts with flite's awb and rms voices into cuts_xengine "
+                        "(another engine, for evaluation only; skipped with a message when flite is absent)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -73,7 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cmvn-max-utts", type=int, default=8000,
                    help="CMVN from N train cuts spread evenly over the manifest (default 8000, ~1.9M "
                         "frames of synth: the 80 means and variances are settled long before; 0 = all)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.xengine and args.corpus != "synth":
+        p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
+                f"for --corpus {args.corpus}")
+    return args
 
 
 def import_corpus(args: argparse.Namespace, out: Path) -> None:
@@ -105,6 +114,19 @@ def import_corpus(args: argparse.Namespace, out: Path) -> None:
         print(f"import skipped entries: {dict(skipped)}")
 
 
+def prepare_xengine(out: Path, force: bool) -> None:
+    """The flite-read test split, unless it exists (or flite is missing: then say how to get it)."""
+    if (out / XENGINE_FILE).is_file() and not force:
+        print(f"xengine: {out / XENGINE_FILE} exists (--force rebuilds it)")
+        return
+    if flite_path() is None:
+        print(f"xengine: skipped, flite is not installed: {INSTALL_HINT}")
+        return
+    result = build_xengine_split(out)
+    skipped = f", skipped {dict(result.skipped)}" if result.skipped else ""
+    print(f"xengine: {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {out / XENGINE_FILE}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.data_dir or f"data/{args.corpus}")
@@ -116,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.probes and (args.force or not (out / PROBE_FILE).is_file()):
             probes = build_probe_set(out, seed=args.seed, workers=args.workers)
             print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")
+        if args.xengine:
+            prepare_xengine(out, args.force)
     else:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)

@@ -35,3 +35,20 @@ def test_prepare_wenet_corpus(tmp_path, capsys):
     cmvn = json.loads((out / "cmvn.json").read_text())
     assert len(cmvn["mean"]) == len(cmvn["istd"]) == 80 and cmvn["frames"] == 58 + 68 + 78
     assert "tokenizer: CharTokenizer" in capsys.readouterr().out
+
+
+def test_xengine_is_refused_for_an_imported_corpus(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _load_script().parse_args(["--corpus", "wenet", "--xengine"])
+    assert "--xengine renders the synth corpus" in capsys.readouterr().err
+
+
+def test_xengine_without_flite_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    script = _load_script()
+    monkeypatch.setattr(script, "flite_path", lambda: None)
+    script.prepare_xengine(tmp_path, force=False)
+    assert "xengine: skipped, flite is not installed: install flite with `apt-get install -y flite`" in \
+        capsys.readouterr().out
+    assert not (tmp_path / "cuts_xengine.jsonl.gz").exists()
