@@ -42,7 +42,7 @@ from asr.data.probes import PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
-from asr.data.xengine import INSTALL_HINT, XENGINE_FILE, build_xengine_split, flite_path
+from asr.data.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,8 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
                         "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")
     p.add_argument("--xengine", action="store_true",
-                   help="also render the test transcripts with flite's awb and rms voices into cuts_xengine "
-                        "(another engine, for evaluation only; skipped with a message when flite is absent)")
+                   help="also render the test and dev transcripts with flite's awb and rms voices into "
+                        "cuts_xengine (test) and cuts_xengine_dev (another engine, for evaluation only; "
+                        "skipped with a message when flite is absent)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -115,16 +116,18 @@ def import_corpus(args: argparse.Namespace, out: Path) -> None:
 
 
 def prepare_xengine(out: Path, force: bool) -> None:
-    """The flite-read test split, unless it exists (or flite is missing: then say how to get it)."""
-    if (out / XENGINE_FILE).is_file() and not force:
-        print(f"xengine: {out / XENGINE_FILE} exists (--force rebuilds it)")
-        return
-    if flite_path() is None:
-        print(f"xengine: skipped, flite is not installed: {INSTALL_HINT}")
-        return
-    result = build_xengine_split(out)
-    skipped = f", skipped {dict(result.skipped)}" if result.skipped else ""
-    print(f"xengine: {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {out / XENGINE_FILE}")
+    """The flite-read test and dev splits, unless they exist (or flite is missing: then say how to get it)."""
+    for split in XENGINE_SOURCES:
+        path = out / xengine_file(split)
+        if path.is_file() and not force:
+            print(f"xengine: {path} exists (--force rebuilds it)")
+            continue
+        if flite_path() is None:
+            print(f"xengine: skipped, flite is not installed: {INSTALL_HINT}")
+            return
+        result = build_xengine_split(out, source_split=split)
+        skipped = f", skipped {dict(result.skipped)}" if result.skipped else ""
+        print(f"xengine ({split} sentences): {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {path}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,14 +8,16 @@ Usage (from the repository root):
 
 Steps (each one reuses what earlier runs left):
  1. build the synthetic corpus, tokenizer and CMVN in data/synth (scripts/prepare_data.py)
-    unless they exist;
+    unless they exist; with flite installed also the xengine split (the test sentences
+    read by flite's awb and rms voices: another engine, evaluation only);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~28 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished;
  3. average the best checkpoints (scripts/average_checkpoints.py);
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
-    (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance);
+    (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance),
+    and the xengine split full-context into decode/xengine_full when it exists;
  5. stream one test utterance chunk by chunk (scripts/stream.py);
  6. print a summary table: WER per mode (read from those summary.json files), where
     checkpoints, logs and results are, time.
@@ -33,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+sys.path.insert(0, str(ROOT))
+
+from asr.data.xengine import XENGINE_FILE  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -68,14 +73,14 @@ def first_test_audio(data_dir: Path) -> str | None:
     return None
 
 
-def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int) -> dict:
+def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test") -> dict:
     done = out_dir / "summary.json"
     if done.is_file() and json.loads(done.read_text())["ckpt"] == str(ckpt):
         print(f"decode results of {ckpt.name} found in {out_dir}")
         return json.loads(done.read_text())
-    cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", "test", "--modes", modes,
+    cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
-    run(cmd, f"decode test ({'full context' if chunk == 0 else f'chunk {chunk}'})")
+    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'})")
     return json.loads((out_dir / "summary.json").read_text())
 
 
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     if corpus_ready(data_dir):
         print(f"corpus, tokenizer and CMVN found in {data_dir}")
     else:
-        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir)], "prepare synth corpus")
+        # --xengine: the test sentences read by flite too, when flite is installed (else a skip message)
+        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine"], "prepare synth corpus")
 
     summary_file = run_dir / "train_summary.json"
     if summary_file.is_file():
@@ -125,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
     results = run_dir / "decode"
     full = decode(ckpt, results / "test_full", "attention_rescoring,ctc_greedy", 0, args.threads)
     stream = decode(ckpt, results / "test_chunk16", "attention_rescoring,ctc_greedy", 16, args.threads)
+    # Another engine (flite) reading the test sentences: does the model hear speech or eSpeak?
+    xengine = None
+    if (data_dir / XENGINE_FILE).is_file():
+        xengine = decode(ckpt, results / "xengine_full", "attention_rescoring,ctc_greedy", 0, args.threads,
+                         split="xengine")
 
     audio = first_test_audio(data_dir)
     if audio:
@@ -133,8 +144,11 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = [("full context", m, r) for m, r in full["modes"].items()]
     rows += [("chunk 16", m, r) for m, r in stream["modes"].items()]
-    skipped = {ctx: s["skipped_utterances"] for ctx, s in (("full", full), ("chunk 16", stream))
-               if s.get("skipped_utterances")}
+    decoded = [("full", full), ("chunk 16", stream)]
+    if xengine is not None:
+        rows += [("xengine full", m, r) for m, r in xengine["modes"].items()]
+        decoded.append(("xengine", xengine))
+    skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
     print("\n" + "=" * 72)
     print(f"{'context':<14}{'mode':<22}{'WER %':>8}{'CER %':>8}{'RTF':>8}")
     for ctx, mode, r in rows:
@@ -143,7 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     print("-" * 72)
     print(f"checkpoint  : {ckpt}")
     print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
-    print(f"results     : {results / 'test_full' / 'summary.json'}, {results / 'test_chunk16' / 'summary.json'}")
+    print(f"results     : {', '.join(str(results / d / 'summary.json') for d in ('test_full', 'test_chunk16'))}"
+          + (f", {results / 'xengine_full' / 'summary.json'}" if xengine is not None else ""))
+    if xengine is None:
+        print(f"xengine     : not decoded (no {XENGINE_FILE}: apt-get install -y flite, then "
+              f"python scripts/prepare_data.py --data-dir {args.data_dir} --xengine)")
     if skipped:
         print(f"skipped cuts: {skipped}")
     print(f"best dev WER: {'n/a' if wer is None else f'{100 * wer:.2f}%'} after {train_summary['global_step']} steps")

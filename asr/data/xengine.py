@@ -10,7 +10,9 @@ machine without it skips the split with a message instead of failing. flite is
 deterministic: two builds write the same audio.
 
 Written to ``<data_dir>/cuts_xengine.jsonl.gz`` (audio under ``audio/xengine/<voice>/``);
-cut ids are ``xengine-<voice>-<test cut id>``; ``custom["engine"]`` is ``"flite"``.
+cut ids are ``xengine-<voice>-<test cut id>``; ``custom["engine"]`` is ``"flite"``. The
+dev transcripts give ``cuts_xengine_dev.jsonl.gz`` the same way: the split on which
+robustness changes are compared, so the test one stays a final measurement.
 """
 
 from __future__ import annotations
@@ -35,8 +37,14 @@ from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import read_cuts, write_cuts
 
 XENGINE_FILE = "cuts_xengine.jsonl.gz"
+XENGINE_SOURCES = ("test", "dev")
 FLITE_VOICES = ("awb", "rms")
 INSTALL_HINT = "install flite with `apt-get install -y flite` (Debian/Ubuntu) and run again"
+
+
+def xengine_file(source_split: str = "test") -> str:
+    """The manifest name of the flite-read ``source_split``: cuts_xengine (test), cuts_xengine_<split> (others)."""
+    return XENGINE_FILE if source_split == "test" else f"cuts_xengine_{source_split}.jsonl.gz"
 
 
 def flite_path() -> str | None:
@@ -134,7 +142,7 @@ def build_xengine_split(
                 new.custom = {"engine": "flite", "voice": voice, "speaker": f"flite-{voice}", "source_cut": cut.id}
                 cuts.append(new)
     cutset = CutSet.from_cuts(cuts)
-    write_cuts(cutset, out / XENGINE_FILE)
+    write_cuts(cutset, out / xengine_file(source_split))
     return XengineResult(cutset, skipped)
 
 

@@ -48,6 +48,15 @@ def test_xengine_split_reads_every_test_transcript_with_every_voice(tiny_corpus,
         assert cut.duration == pytest.approx(len(audio) / SAMPLE_RATE)
 
 
+def test_the_dev_sentences_go_to_their_own_manifest(tiny_corpus, tmp_path):
+    out = _copy_corpus(tiny_corpus, tmp_path)
+    shutil.copy(tiny_corpus / "cuts_dev.jsonl.gz", out / "cuts_dev.jsonl.gz")
+    dev = list(read_cuts(out / "cuts_dev.jsonl.gz", out))
+    result = build_xengine_split(out, voices=("rms",), source_split="dev", render=fake_render)
+    assert (out / "cuts_xengine_dev.jsonl.gz").is_file() and not (out / XENGINE_FILE).exists()
+    assert [c.custom["source_cut"] for c in result.cuts] == [c.id for c in dev]
+
+
 def test_a_failing_voice_is_counted_not_fatal(tiny_corpus, tmp_path):
     out = _copy_corpus(tiny_corpus, tmp_path)
     n_test = len(list(read_cuts(out / "cuts_test.jsonl.gz", out)))
