@@ -13,6 +13,7 @@ each N's run; the server is stopped at the end.
 Usage:
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 1,8,16,32
     python scripts/bench_serve.py --checkpoint CKPT --clients 4 a.wav b.wav
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend onnx --onnx-model STEP.onnx
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunk-size", type=int, default=16)
     parser.add_argument("--left-chunks", type=int, default=4)
     parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",
+                        help="the server's encoder step (scripts/serve.py --backend; default eager)")
+    parser.add_argument("--onnx-model", help="with --backend onnx: the export (same chunk and left chunks)")
+    parser.add_argument("--threads", type=int, default=1, help="the server's decoding threads (default 1)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.clients.split(",")]
@@ -49,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--clients ({args.clients}) must list positive integers")
     if not args.audio and not args.cuts:
         parser.error("give audio files or --cuts")
+    if (args.backend == "onnx") != bool(args.onnx_model):
+        parser.error("--backend onnx and --onnx-model go together")
     args.counts = counts
     return args
 
@@ -142,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
          "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
-         "--max-connections", str(max(args.counts)), "--no-endpoint"],
+         "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
+         "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

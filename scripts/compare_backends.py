@@ -1,0 +1,75 @@
+"""Decode test utterances through the serving Recognizer on eager, ONNX and int8 ONNX steps: WER, RTF, agreement.
+
+Usage:
+    python scripts/export.py --checkpoint CKPT --out-dir exported/ --format onnx --int8
+    python scripts/compare_backends.py --checkpoint CKPT --export-dir exported/ --cuts data/synth/cuts_test.jsonl.gz
+
+Uses exported/encoder_step.onnx and, when present, exported/encoder_step.int8.onnx (written
+with the same --chunk-size and --left-chunks as given here; checked). Every utterance is a
+stream fed in 100 ms pieces, 16 streams at a time, endpointing off. RTF is process CPU
+seconds over audio seconds at --threads threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--export-dir", required=True, type=Path, help="folder written by scripts/export.py")
+    parser.add_argument("--cuts", required=True, help="Lhotse manifest of test utterances")
+    parser.add_argument("--utterances", type=int, default=100, help="first N usable cuts (default 100)")
+    parser.add_argument("--chunk-size", type=int, default=16)
+    parser.add_argument("--left-chunks", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="torch and ONNX Runtime threads (default 1)")
+    args = parser.parse_args(argv)
+    if args.utterances < 1:
+        parser.error(f"--utterances ({args.utterances}) must be >= 1")
+    if not (args.export_dir / "encoder_step.onnx").is_file():
+        parser.error(f"{args.export_dir / 'encoder_step.onnx'} not found: run scripts/export.py --format onnx first")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    from asr.decode.evaluate import load_utterances
+    from asr.data.audio import cut_waveform
+    from asr.data.features import SAMPLE_RATE
+    from asr.data.manifest import read_cuts
+    from asr.serve.compare import compare_backends, format_table, recognizer_factory
+    from asr.train.checkpoint import load_model
+
+    torch.set_num_threads(args.threads)
+    usable = load_utterances(args.cuts, max_utts=args.utterances)  # the same skip rules as every evaluation
+    wanted = {u.key for u in usable.utterances}
+    by_id = {c.id: c for c in read_cuts(args.cuts) if c.id in wanted}
+    waves = [cut_waveform(by_id[u.key], SAMPLE_RATE) for u in usable.utterances]
+    refs = [u.text for u in usable.utterances]
+    model, tokenizer, _ = load_model(args.checkpoint)
+    model.eval()
+    settings = dict(chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, threads=args.threads)
+    backends = {"eager": recognizer_factory(model, tokenizer, **settings),
+                "onnx": recognizer_factory(model, tokenizer, onnx_path=str(args.export_dir / "encoder_step.onnx"),
+                                           **settings)}
+    int8 = args.export_dir / "encoder_step.int8.onnx"
+    if int8.is_file():
+        backends["onnx int8"] = recognizer_factory(model, tokenizer, onnx_path=str(int8), **settings)
+    skipped = f", skipped {dict(usable.skipped)}" if usable.skipped else ""
+    print(f"{len(waves)} utterances ({sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s){skipped}; "
+          f"chunk {args.chunk_size}, left {args.left_chunks}, beam {args.beam}, {args.threads} thread(s)", flush=True)
+    results = compare_backends(backends, waves, refs, [u.key for u in usable.utterances])
+    print(format_table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""scripts/bench_serve.py end to end on loopback: one real-time client of a tiny model (a smoke run, not a timing)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asr.data.features import SAMPLE_RATE
+from tests.serve.helpers import noise, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "scripts/bench_serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_serve_reports_a_row_per_client_count_with_finals_equal_to_offline(tmp_path, capsys):
+    ckpt = save_checkpoint(tmp_path)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, (noise(1.2, 5, SAMPLE_RATE).numpy() * 32767).astype(np.int16), SAMPLE_RATE)
+    rc = load_bench().main(["--checkpoint", str(ckpt), "--clients", "1,2", "--chunk-size", "4",
+                            "--left-chunks", "2", "--beam", "2", "--max-seconds", "60", str(wav)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["1", "2"]
+    assert [r.split("|")[5].strip() for r in rows] == ["1/1", "2/2"]  # the server's finals are the offline ones
+
+
+def test_bench_serve_onnx_backend_needs_its_model(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        load_bench().parse_args(["--checkpoint", "x.ckpt", "--backend", "onnx", "a.wav"])
+    assert "--backend onnx and --onnx-model go together" in capsys.readouterr().err
