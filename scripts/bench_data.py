@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale-dir", default="/tmp/asr_scale_bench", help="where --scale writes its manifests")
     p.add_argument("--shar-max-cuts", type=int, default=100_000,
                    help="build Shar shards up to this size (they hold a copy of every cut's audio)")
+    p.add_argument("--bucket-buffer", type=int, default=None,
+                   help="--scale: the sampler's look-ahead in cuts, every mode (default 2000: Shar cuts carry audio)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.scale:
@@ -76,18 +78,22 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def scale(args: argparse.Namespace) -> None:
-    from asr.data.scale_bench import HEADER, MODES, build_scale_corpus, format_row, measure_in_fresh_process
+    from asr.data.scale_bench import (
+        HEADER, MODES, SCALE_BUCKET_BUFFER, build_scale_corpus, format_row, measure_in_fresh_process,
+    )
 
     data_dir = Path(args.data_dir)
     tokenizer = Path(args.tokenizer) if Path(args.tokenizer).exists() else data_dir / args.tokenizer
     built = build_scale_corpus(data_dir / args.cuts, Path(args.scale_dir), sorted(args.sizes), args.shar_max_cuts)
-    print(f"{args.workers} workers, max_duration {args.max_duration} s, {args.batches} batches drawn per run")
+    buffer = args.bucket_buffer or SCALE_BUCKET_BUFFER
+    print(f"{args.workers} workers, max_duration {args.max_duration} s, {args.batches} batches drawn per run, "
+          f"bucket buffer {buffer} cuts")
     print(HEADER)
     for size, paths in built.items():
         for mode in MODES:
             path = paths.get("shar" if mode == "shar" else "manifest")
             result = None if path is None else measure_in_fresh_process(
-                mode, path, str(tokenizer.resolve()), args.workers, args.batches, args.max_duration)
+                mode, path, str(tokenizer.resolve()), args.workers, args.batches, args.max_duration, buffer)
             print(format_row(size, mode, result), flush=True)
 
 

@@ -70,7 +70,15 @@ def build_scale_corpus(source: Path, out_dir: Path, sizes: list[int], shar_max_c
     return built
 
 
-def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, max_duration: float) -> dict:
+# The bucketing sampler's look-ahead, the same for every mode. Shar cuts carry their audio,
+# so a buffer of N Shar cuts holds N cuts' audio: training's 20,000 (chosen for batch
+# equality with the in-memory read) made the first Shar batch wait for 20,000 decoded
+# files and gave no number in the first scale run.
+SCALE_BUCKET_BUFFER = 2_000
+
+
+def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, max_duration: float,
+            bucket_buffer: int = SCALE_BUCKET_BUFFER) -> dict:
     """Time to the first training batch and peak RSS (MB) of the main process and its workers."""
     import torch
 
@@ -81,7 +89,7 @@ def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, m
     source = {"shar_dir": str(path)} if mode == "shar" else {"train_cuts": str(path), "lazy": mode == "lazy"}
     dm = AsrDataModule(str(path.parent), tokenizer, max_duration=max_duration, num_workers=workers,
                        speed_perturb=False, spec_augment=False, max_duration_per_utt=min(20.0, max_duration),
-                       **source)
+                       bucket_buffer_size=bucket_buffer, **source)
     batch_iter = iter(dm.train_dataloader())
     next(batch_iter)
     first_batch_s = time.perf_counter() - started
@@ -98,9 +106,9 @@ def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, m
 
 
 def measure_in_fresh_process(mode: str, path: Path, tokenizer: str, workers: int, batches: int,
-                             max_duration: float) -> dict:
+                             max_duration: float, bucket_buffer: int = SCALE_BUCKET_BUFFER) -> dict:
     cmd = [sys.executable, "-m", "asr.data.scale_bench", mode, str(path), tokenizer, str(workers), str(batches),
-           str(max_duration)]
+           str(max_duration), str(bucket_buffer)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -125,8 +133,10 @@ def _main() -> None:
     p.add_argument("workers", type=int)
     p.add_argument("batches", type=int)
     p.add_argument("max_duration", type=float)
+    p.add_argument("bucket_buffer", type=int)
     args = p.parse_args()
-    print(json.dumps(measure(args.mode, args.path, args.tokenizer, args.workers, args.batches, args.max_duration)))
+    print(json.dumps(measure(args.mode, args.path, args.tokenizer, args.workers, args.batches, args.max_duration,
+                             args.bucket_buffer)))
 
 
 if __name__ == "__main__":
