@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -47,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the server's encoder step (scripts/serve.py --backend; default eager)")
     parser.add_argument("--onnx-model", help="with --backend onnx: the export (same chunk and left chunks)")
     parser.add_argument("--threads", type=int, default=1, help="the server's decoding threads (default 1)")
+    parser.add_argument("--stagger-s", type=float, default=0.0,
+                        help="start each client at a seeded random offset in [0, S) s (default 0: all at once)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.clients.split(",")]
@@ -54,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--clients ({args.clients}) must list positive integers")
     if not args.audio and not args.cuts:
         parser.error("give audio files or --cuts")
+    if args.stagger_s < 0:
+        parser.error(f"--stagger-s ({args.stagger_s}) must be >= 0")
     if (args.backend == "onnx") != bool(args.onnx_model):
         parser.error("--backend onnx and --onnx-model go together")
     args.counts = counts
@@ -129,7 +134,16 @@ async def run_clients(uri: str, waves, n: int, args):
     from asr.serve.client import stream_audio
 
     chosen = [waves[i % len(waves)] for i in range(n)]
-    tasks = [stream_audio(uri, w.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True) for w in chosen]
+    # Start offsets: 0 (every client at once, chunk boundaries aligned: the worst case) or
+    # spread over --stagger-s as independent users would be; seeded, so a rerun matches.
+    rng = random.Random(n)
+    offsets = [rng.uniform(0.0, args.stagger_s) for _ in chosen]
+
+    async def client(wave, offset):
+        await asyncio.sleep(offset)
+        return await stream_audio(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True)
+
+    tasks = [client(w, o) for w, o in zip(chosen, offsets)]
     sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
     return chosen, sessions
 

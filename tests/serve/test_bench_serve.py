@@ -25,7 +25,7 @@ def test_bench_serve_reports_a_row_per_client_count_with_finals_equal_to_offline
     wav = tmp_path / "a.wav"
     sf.write(wav, (noise(1.2, 5, SAMPLE_RATE).numpy() * 32767).astype(np.int16), SAMPLE_RATE)
     rc = load_bench().main(["--checkpoint", str(ckpt), "--clients", "1,2", "--chunk-size", "4",
-                            "--left-chunks", "2", "--beam", "2", "--max-seconds", "60", str(wav)])
+                            "--left-chunks", "2", "--beam", "2", "--max-seconds", "60", "--stagger-s", "0.2", str(wav)])
     out = capsys.readouterr().out
     assert rc == 0, out
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
