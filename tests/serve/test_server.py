@@ -70,6 +70,11 @@ def test_one_utterance_end_to_end(model, tokenizer):
     async def scenario():
         async with make_server(model, tokenizer) as server:
             session = await stream_audio(uri(server), wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=False, nbest=2)
+            # The client may see the close before the server's handler has removed the stream: wait (bounded).
+            for _ in range(100):
+                if not server.recognizer.streams:
+                    break
+                await asyncio.sleep(0.02)
             return session, server.recognizer.streams
 
     session, streams_left = run(scenario())
