@@ -99,6 +99,12 @@ def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
     return None, None
 
 
+def _reasons(skipped: dict, noise: bool) -> str:
+    """``reason=count`` pairs of the skip counts whose reason is (or is not) a ``noise_*`` one."""
+    chosen = {k: v for k, v in sorted(skipped.items()) if k.startswith("noise_") == noise}
+    return ", ".join(f"{k}={v}" for k, v in chosen.items()) or "none"
+
+
 def format_summary(summary: dict) -> str:
     """Human-readable end-of-run report."""
     wer = summary["best_val_wer"]
@@ -114,8 +120,9 @@ def format_summary(summary: dict) -> str:
         f"non-finite skips: {summary['nonfinite_skips']}",
         f"training data   : {summary['train_data_read']['cuts']} cuts, "
         f"{summary['train_data_read']['hours']:.2f} h read (this rank)",
-        "skipped utts    : "
-        + (", ".join(f"{k}={v}" for k, v in sorted(summary["skipped_utterances"].items())) or "none"),
+        "skipped utts    : " + _reasons(summary["skipped_utterances"], noise=False),
+        # A bad noise file costs the augmentation, not the utterance (it trains without noise).
+        "noise skipped   : " + _reasons(summary["skipped_utterances"], noise=True),
         "=" * 64,
     ]
     return "\n".join(lines)

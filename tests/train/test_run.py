@@ -132,3 +132,17 @@ def test_resume_flag_picks_last_checkpoint(tmp_path):
     assert resolve_ckpt_path(None, False, tmp_path) is None
     with pytest.raises(FileNotFoundError, match="nope.ckpt"):
         resolve_ckpt_path(str(tmp_path / "nope.ckpt"), False, tmp_path)
+
+
+def test_summary_lists_noise_skips_apart_from_utterance_skips():
+    from asr.train.run import format_summary
+
+    summary = {"out_dir": "o", "checkpoint_dir": "c", "best_checkpoint": None, "log_dirs": [], "best_val_wer": None,
+               "global_step": 3, "epochs": 1, "seconds": 1.0, "nonfinite_skips": 0,
+               "train_data_read": {"cuts": 5, "hours": 0.01},
+               "skipped_utterances": {"audio_corrupt": 2, "noise_audio_missing": 1, "empty_text": 1}}
+    lines = format_summary(summary).splitlines()
+    assert "skipped utts    : audio_corrupt=2, empty_text=1" in lines
+    assert "noise skipped   : noise_audio_missing=1" in lines
+    summary["skipped_utterances"] = {}
+    assert "noise skipped   : none" in format_summary(summary).splitlines()
