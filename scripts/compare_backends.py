@@ -40,21 +40,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from collections import Counter
+
     import torch
 
-    from asr.decode.evaluate import load_utterances
-    from asr.data.audio import cut_waveform
     from asr.data.features import SAMPLE_RATE
-    from asr.data.manifest import read_cuts
+    from asr.decode.evaluate import usable_cuts
     from asr.serve.compare import compare_backends, format_table, recognizer_factory
     from asr.train.checkpoint import load_model
 
     torch.set_num_threads(args.threads)
-    usable = load_utterances(args.cuts, max_utts=args.utterances)  # the same skip rules as every evaluation
-    wanted = {u.key for u in usable.utterances}
-    by_id = {c.id: c for c in read_cuts(args.cuts) if c.id in wanted}
-    waves = [cut_waveform(by_id[u.key], SAMPLE_RATE) for u in usable.utterances]
-    refs = [u.text for u in usable.utterances]
+    skipped: Counter = Counter()
+    usable = list(usable_cuts(args.cuts, max_utts=args.utterances, skipped=skipped))  # every evaluation's skip rules
+    keys = [cut.id for cut, _, _ in usable]
+    refs = [text for _, text, _ in usable]
+    waves = [audio for _, _, audio in usable]
     model, tokenizer, _ = load_model(args.checkpoint)
     model.eval()
     settings = dict(chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, threads=args.threads)
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     int8 = args.export_dir / "encoder_step.int8.onnx"
     if int8.is_file():
         backends["onnx int8"] = recognizer_factory(model, tokenizer, onnx_path=str(int8), **settings)
-    skipped = f", skipped {dict(usable.skipped)}" if usable.skipped else ""
-    print(f"{len(waves)} utterances ({sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s){skipped}; "
+    skipped_note = f", skipped {dict(skipped)}" if skipped else ""
+    print(f"{len(waves)} utterances ({sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s){skipped_note}; "
           f"chunk {args.chunk_size}, left {args.left_chunks}, beam {args.beam}, {args.threads} thread(s)", flush=True)
-    results = compare_backends(backends, waves, refs, [u.key for u in usable.utterances])
+    results = compare_backends(backends, waves, refs, keys)
     print(format_table(results))
 
 

@@ -43,11 +43,11 @@ class EvalSet:
     skipped: Counter = field(default_factory=Counter)
 
 
-def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
-                    max_utts: int | None = None) -> EvalSet:
-    """Features and references of the first ``max_utts`` usable cuts of a manifest (None: all).
+def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_utts: int | None = None,
+                skipped: Counter | None = None) -> Iterator[tuple[object, str, torch.Tensor]]:
+    """(cut, reference text, audio (n,) at SAMPLE_RATE) of the first ``max_utts`` usable cuts (None: all).
 
-    A cut is skipped and counted, never fatal, when its text is empty
+    A cut is skipped and counted in ``skipped``, never fatal, when its text is empty
     (``empty_text``), its audio cannot be read (the ``AudioError`` reason:
     ``audio_missing``, ``audio_corrupt``, ...) or is shorter than one fbank frame
     (``audio_too_short``); the reasons are those the training data loader counts.
@@ -61,12 +61,12 @@ def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
 
     if max_utts is not None and max_utts < 1:
         raise ValueError(f"max_utts ({max_utts}) must be >= 1 or None")
-    extractor = FbankExtractor()
-    utts: list[Utterance] = []
-    skipped: Counter = Counter()
+    skipped = skipped if skipped is not None else Counter()
+    min_samples = FbankExtractor().min_samples
+    used = 0
     for cut in read_cuts(cuts_path, data_dir):
-        if max_utts is not None and len(utts) >= max_utts:
-            break
+        if max_utts is not None and used >= max_utts:
+            return
         text = cut_text(cut)
         if not text:
             skipped["empty_text"] += 1
@@ -76,10 +76,23 @@ def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
         except AudioError as err:
             skipped[err.reason] += 1
             continue
-        if audio.numel() < extractor.min_samples:
+        if audio.numel() < min_samples:
             skipped["audio_too_short"] += 1
             continue
-        utts.append(Utterance(cut.id, text, extractor(audio), audio.numel() / SAMPLE_RATE))
+        used += 1
+        yield cut, text, audio
+
+
+def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
+                    max_utts: int | None = None) -> EvalSet:
+    """Features and references of the first ``max_utts`` usable cuts of a manifest (None: all);
+    the skip rules are :func:`usable_cuts`'s."""
+    from asr.data.features import SAMPLE_RATE, FbankExtractor
+
+    extractor = FbankExtractor()
+    skipped: Counter = Counter()
+    utts = [Utterance(cut.id, text, extractor(audio), audio.numel() / SAMPLE_RATE)
+            for cut, text, audio in usable_cuts(cuts_path, data_dir, max_utts, skipped)]
     return EvalSet(utts, skipped)
 
 
