@@ -84,7 +84,7 @@ class OnnxChunkEncoder:
         return self.runner.initial_state()
 
     def time(self, state: list[np.ndarray]) -> int:
-        return int(state[-1][0])
+        return OnnxEncoderStep.state_time(state)
 
     def step(self, feats: torch.Tensor, states: list[list[np.ndarray]]) -> tuple[torch.Tensor, list]:
         outs, next_states = [], []

@@ -244,9 +244,14 @@ class OnnxEncoderStep:
         """Start a new stream (the state :meth:`step` carries)."""
         self.state = self.initial_state()
 
+    @staticmethod
+    def state_time(state: list[np.ndarray]) -> int:
+        """Encoder frames a stream with this state has emitted (its last state tensor)."""
+        return int(state[-1][0])
+
     @property
     def time(self) -> int:
-        return int(self.state[-1][0])
+        return self.state_time(self.state)
 
     def step(self, feats: np.ndarray) -> np.ndarray:
         """feats (1, S, F) float32 of the next whole chunk -> out (1, C, D), carrying the state here."""
@@ -261,7 +266,7 @@ class OnnxEncoderStep:
         spec = self.spec
         if feats.shape != (1, spec.chunk_span, spec.input_dim):
             raise ValueError(f"feats must be (1, {spec.chunk_span}, {spec.input_dim}); got {feats.shape}.")
-        time = int(state[-1][0])
+        time = self.state_time(state)
         if spec.max_len is not None and time + spec.chunk_size > spec.max_len:
             raise TooLongForTable(
                 f"abs_learned has max_len={spec.max_len} positions but the next chunk ends at time "
