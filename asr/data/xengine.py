@@ -21,9 +21,10 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +117,7 @@ def build_xengine_split(
         raise FileNotFoundError(f"{source} not found: prepare the corpus first (python scripts/prepare_data.py)")
     if not voices:
         raise ValueError("give at least one flite voice")
-    sources = list(_first(read_cuts(source, out), max_utts))
+    sources = list(islice(read_cuts(source, out), max_utts))
     skipped: Counter = Counter()
     cuts = []
     with tqdm(total=len(sources) * len(voices), unit="utt", desc="flite xengine") as bar:
@@ -145,9 +146,3 @@ def build_xengine_split(
     write_cuts(cutset, out / xengine_file(source_split))
     return XengineResult(cutset, skipped)
 
-
-def _first(cuts: Iterable, n: int | None):
-    for i, cut in enumerate(cuts):
-        if n is not None and i >= n:
-            return
-        yield cut

@@ -34,6 +34,17 @@ def tiny_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0, **scheme_optio
     return model.eval()
 
 
+def fitted_model(tokenizer, pos_enc: str = "rel_xl", seed: int = 0):
+    """:func:`tiny_model` with CMVN fitted to the fbank of :func:`noise` (raw mean ~20), so its inputs
+    are ~N(0, 1) as a trained model's are (tiny_model's fixed CMVN leaves them near 50)."""
+    from asr.data.features import SAMPLE_RATE, FbankExtractor
+
+    model = tiny_model(tokenizer, pos_enc, seed)
+    feats = FbankExtractor()(noise(3.0, 1, SAMPLE_RATE))  # (T, F)
+    model.encoder.set_cmvn(feats.mean(0), feats.std(0))
+    return model
+
+
 def noise(seconds: float, seed: int, sample_rate: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return 0.1 * torch.randn(int(seconds * sample_rate), generator=g)

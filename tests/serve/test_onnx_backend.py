@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from asr.data.features import SAMPLE_RATE, FbankExtractor
+from asr.data.features import SAMPLE_RATE
 from asr.serve.client import stream_audio
 from asr.serve.encoders import OnnxChunkEncoder
 from asr.serve.endpoint import EndpointConfig
 from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
 from asr.serve.recognizer import Recognizer
 from asr.serve.server import AsrServer, ServerConfig
-from tests.serve.helpers import noise, tiny_model
+from tests.serve.helpers import fitted_model, noise, tiny_model
 
 pytest.importorskip("onnxruntime", reason="pip install -e '.[export]'")
 pytest.importorskip("onnxscript", reason="pip install -e '.[export]'")
@@ -27,12 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    """The tiny model with CMVN fitted to the test noise's fbank (raw mean ~20), so its inputs are ~N(0, 1)
-    as a trained model's are (the shared fixture's fixed CMVN leaves them near 50)."""
-    model = tiny_model(tokenizer)
-    feats = FbankExtractor()(noise(3.0, 1, SAMPLE_RATE))  # (T, F)
-    model.encoder.set_cmvn(feats.mean(0), feats.std(0))
-    return model
+    return fitted_model(tokenizer)  # inputs ~N(0, 1), as a trained model's
 
 
 @pytest.fixture(scope="module")

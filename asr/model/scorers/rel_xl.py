@@ -109,8 +109,7 @@ _TABLES: dict[tuple, Tensor] = {}
 
 def _tracing() -> bool:
     """True while torch.export or torch.compile traces (their tensors must not be cached)."""
-    compiler = torch.compiler
-    return compiler.is_compiling() or (hasattr(compiler, "is_exporting") and compiler.is_exporting())
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def relative_sinusoids(keys: int, queries: int, dim: int, device: torch.device, dtype: torch.dtype) -> Tensor:
