@@ -40,7 +40,7 @@ from asr.data.dataset import cut_text
 from asr.data.manifest import manifest_stats, read_cuts, write_cuts
 from asr.data.probes import PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
-from asr.data.synth import SynthConfig, build_synth_corpus
+from asr.data.synth import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 from asr.data.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 
@@ -62,6 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-hours", type=float, default=0.25)
     p.add_argument("--long-hours", type=float, default=0.25)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES),
+                   help="synth only. clean: eSpeak's output as it is. varied: the train split gets 47 more voice "
+                        "variants, wider rate/pitch, intonation range and word gaps, and rooms, noise (coloured, "
+                        "babble), band limits, telephone channel, equalisers and levels baked in (about 100x "
+                        "real time a core instead of 190x); dev, test and long stay clean")
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
                         "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     if args.corpus == "synth":
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
-                          args.long_hours, args.workers)
+                          args.long_hours, args.workers, args.profile)
         build_synth_corpus(cfg, force=args.force)
         if args.probes and (args.force or not (out / PROBE_FILE).is_file()):
             probes = build_probe_set(out, seed=args.seed, workers=args.workers)

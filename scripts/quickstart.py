@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 sys.path.insert(0, str(ROOT))
 
+from asr.data.synth import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
 from asr.data.xengine import XENGINE_FILE  # noqa: E402
 
 
@@ -55,8 +56,9 @@ CORPUS_FILES = ("cuts_train.jsonl.gz", "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz"
                 "tokenizer/bpe256.model")
 
 
-def corpus_ready(data_dir: Path) -> bool:
-    return all((data_dir / name).exists() for name in CORPUS_FILES)
+def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
+    """All files there, and the train split built with ``profile`` (else prepare_data rebuilds it)."""
+    return all((data_dir / name).exists() for name in CORPUS_FILES) and corpus_profile(data_dir) == profile
 
 
 def first_test_audio(data_dir: Path) -> str | None:
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="data/synth")
     parser.add_argument("--run-dir", default="exp/quickstart_rel_xl")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES),
+                        help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=33.0,
                         help="wall-clock cap on training (the experiment's 3800 steps take ~28 min on 2 cores; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
@@ -103,11 +107,12 @@ def main(argv: list[str] | None = None) -> None:
         run_dir = Path(f"{args.run_dir}_{time.strftime('%Y%m%d_%H%M%S')}")
     run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
 
-    if corpus_ready(data_dir):
-        print(f"corpus, tokenizer and CMVN found in {data_dir}")
+    if corpus_ready(data_dir, args.profile):
+        print(f"corpus ({args.profile}), tokenizer and CMVN found in {data_dir}")
     else:
         # --xengine: the test sentences read by flite too, when flite is installed (else a skip message)
-        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine"], "prepare synth corpus")
+        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine", "--profile", args.profile],
+            "prepare synth corpus")
 
     summary_file = run_dir / "train_summary.json"
     if summary_file.is_file():

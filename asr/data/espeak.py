@@ -19,6 +19,8 @@ _POS_CHARACTER = 1
 _ESPEAK_CHARS_AUTO = 0
 _ESPEAK_RATE = 1
 _ESPEAK_PITCH = 3
+_ESPEAK_RANGE = 4
+_ESPEAK_WORDGAP = 7
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
 
 
@@ -41,8 +43,13 @@ class EspeakSynthesizer:
             self._chunks.append(np.ctypeslib.as_array(wav, shape=(num_samples,)).copy())
         return 0
 
-    def synthesize(self, text: str, voice: str, rate: int, pitch: int, seed: int = 1) -> np.ndarray:
-        """(n,) int16 at `self.sample_rate`; the same arguments always give the same samples."""
+    def synthesize(self, text: str, voice: str, rate: int, pitch: int, seed: int = 1, pitch_span: int = 50,
+                   word_gap: int = 0) -> np.ndarray:
+        """(n,) int16 at `self.sample_rate`; the same arguments always give the same samples.
+
+        pitch_span: eSpeak's pitch range (0 monotone .. 100, default 50); word_gap: extra
+        pause between words in units of 10 ms at the default rate (default 0).
+        """
         lib = ctypes.CDLL(self.library_path)
         try:
             self.sample_rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, self.data_path.encode(), 0)
@@ -54,6 +61,11 @@ class EspeakSynthesizer:
             # voice selection resets the parameters, so set them after it
             lib.espeak_SetParameter(_ESPEAK_RATE, int(rate), 0)
             lib.espeak_SetParameter(_ESPEAK_PITCH, int(pitch), 0)
+            # only when asked: the default corpus's audio stays what it was before these existed
+            if pitch_span != 50:
+                lib.espeak_SetParameter(_ESPEAK_RANGE, int(pitch_span), 0)
+            if word_gap != 0:
+                lib.espeak_SetParameter(_ESPEAK_WORDGAP, int(word_gap), 0)
             # a C long: passing a Python int would leave the high 32 bits undefined
             lib.espeak_ng_SetRandSeed(ctypes.c_long(seed))
             self._libc.srand(ctypes.c_uint(seed))

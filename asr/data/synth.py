@@ -23,6 +23,7 @@ import torchaudio.transforms as T
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
+from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
@@ -32,6 +33,12 @@ from asr.data.voices import check_voices_exist, draw_voice
 SPLITS = ("train", "dev", "test", "long")
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
 MAX_ATTEMPTS = 50
+# clean: eSpeak's output as it is. varied: the train split gets more voices, wider voice
+# settings and acoustic conditions (asr.data.conditions); dev, test and long stay clean,
+# so the unseen-voice test measures the same thing under both.
+PROFILES = ("clean", "varied")
+DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
+VARIED_CONDITIONS = ConditionRanges()
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ class SynthConfig:
     test_hours: float = 0.25
     long_hours: float = 0.25
     workers: int = 2
+    profile: str = "clean"
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown synth profile {self.profile!r}; valid: {list(PROFILES)}")
 
     def hours(self, split: str) -> float:
         return {"train": self.train_hours, "dev": self.dev_hours, "test": self.test_hours,
@@ -58,6 +70,9 @@ class UtteranceMeta:
     rate: int
     pitch: int
     num_samples: int
+    pitch_span: int = 50
+    word_gap: int = 0
+    conditions: str | None = None  # Conditions.describe() of a varied train utterance
 
 
 # per-process worker state, set once by _init_worker
@@ -86,16 +101,37 @@ def _to_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
 
 
 def _say(text: str, voice, rng) -> np.ndarray:
-    raw = _SYNTH.synthesize(text, voice.voice, voice.rate, voice.pitch, seed=rng.randrange(1, 2**31))
+    raw = _SYNTH.synthesize(text, voice.voice, voice.rate, voice.pitch, seed=rng.randrange(1, 2**31),
+                            pitch_span=voice.pitch_span, word_gap=voice.word_gap)
     return _to_16k(raw, _SYNTH.sample_rate)
 
 
-def _short_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
+def _with_conditions(audio: np.ndarray, rng, split: str) -> tuple[np.ndarray, str]:
+    """(n,) int16 -> (n,) int16 under drawn acoustic conditions, and their description.
+
+    Babble is other sentences by other train voices, synthesized here: the corpus
+    carries no noise files, and every draw stays a function of the utterance's seed.
+    """
+    cond = draw_conditions(np.random.default_rng(rng.getrandbits(63)), VARIED_CONDITIONS)
+    babble = None
+    if cond.noise == "babble":
+        babble = [_say(_GEN(rng), draw_voice(rng, split, varied=True), rng).astype(np.float32) / 32768.0
+                  for _ in range(cond.babble_talkers)]
+    out = apply_conditions(audio.astype(np.float32) / 32768.0, cond, babble)
+    return (np.clip(out, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16), cond.describe()
+
+
+def _short_utterance(rng, split: str, varied: bool = False) -> tuple[str, object, np.ndarray, str | None] | None:
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
-    voice = draw_voice(rng, split)
+    voice = draw_voice(rng, split, varied)
     audio = _say(text, voice, rng)
-    return (text, voice, audio) if low <= len(audio) / SAMPLE_RATE <= high else None
+    if not low <= len(audio) / SAMPLE_RATE <= high:
+        return None
+    if varied and split == "train":
+        audio, described = _with_conditions(audio, rng, split)
+        return text, voice, audio, described
+    return text, voice, audio, None
 
 
 def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[str, np.ndarray] | None:
@@ -124,29 +160,30 @@ def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[
     return " ".join(texts), np.concatenate(pieces)
 
 
-def _long_utterance(rng, split: str) -> tuple[str, object, np.ndarray] | None:
-    """Several sentences by one voice joined by short pauses, 20-60 s in all."""
+def _long_utterance(rng, split: str, varied: bool = False) -> tuple[str, object, np.ndarray, None] | None:
+    """Several sentences by one voice joined by short pauses, 20-60 s in all (never varied: long is evaluation)."""
     low, high = DURATION_BOUNDS[split]
     voice = draw_voice(rng, split)
     passage = join_sentences(rng, voice, low, high, rng.uniform(low + 5.0, high - 5.0))
-    return None if passage is None else (passage[0], voice, passage[1])
+    return None if passage is None else (passage[0], voice, passage[1], None)
 
 
-def _make_utterance(job: tuple[int, str, int, str]) -> UtteranceMeta:
+def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
     """Pool task: synthesize utterance `index` of `split` and write its FLAC file."""
-    seed, split, index, out_dir = job
+    seed, split, index, out_dir, profile = job
     make = _long_utterance if split == "long" else _short_utterance
     for attempt in range(MAX_ATTEMPTS):
-        result = make(sentence_rng(seed, split, index, attempt), split)
+        result = make(sentence_rng(seed, split, index, attempt), split, profile == "varied")
         if result is not None:
             break
     else:
         raise RuntimeError(f"no {split} utterance within {DURATION_BOUNDS[split]} s after {MAX_ATTEMPTS} tries")
-    text, voice, audio = result
+    text, voice, audio, conditions = result
     cut_id = f"{split}-{index:06d}"
     rel_path = f"audio/{split}/{cut_id}.flac"
     sf.write(Path(out_dir) / rel_path, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-    return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
+    return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio),
+                         voice.pitch_span, voice.word_gap, conditions)
 
 
 def to_cut(meta: UtteranceMeta) -> MonoCut:
@@ -160,6 +197,8 @@ def to_cut(meta: UtteranceMeta) -> MonoCut:
         text=meta.text, language="en", speaker=meta.voice,
     )
     custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
+    if meta.conditions is not None:
+        custom.update(pitch_span=meta.pitch_span, word_gap=meta.word_gap, conditions=meta.conditions)
     return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
                    supervisions=[sup], custom=custom)
 
@@ -190,7 +229,7 @@ def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]
         while total < target:
             # a bounded batch; results past the target are discarded so the split ends at the same index
             n = max(2 * max(cfg.workers, 1), math.ceil((target - total) / mean_guess))
-            jobs = ((cfg.seed, split, i, cfg.out_dir) for i in range(next_index, next_index + n))
+            jobs = ((cfg.seed, split, i, cfg.out_dir, cfg.profile) for i in range(next_index, next_index + n))
             next_index += n
             for meta in mapper(_make_utterance, jobs):
                 if total >= target:
@@ -208,6 +247,10 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     todo = [s for s in SPLITS if force or not (out / f"cuts_{s}.jsonl.gz").is_file()]
+    built_profile = corpus_profile(out)
+    if "train" not in todo and (built_profile or "clean") != cfg.profile:
+        log(f"train: built with profile {built_profile!r}, {cfg.profile!r} asked: rebuilding it")
+        todo.insert(0, "train")
     made_seconds, started = 0.0, time.perf_counter()
     if todo:
         pool = start_pool(cfg.workers)
@@ -226,7 +269,7 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
         if split not in todo and (out / f"cuts_{split}.jsonl.gz").is_file():
             log(f"{split}: already built (use --force to rebuild)")
     elapsed = time.perf_counter() - started
-    summary = summarize_corpus(out, cfg.seed)
+    summary = summarize_corpus(out, cfg.seed, cfg.profile)
     (out / "manifest_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     for split, info in summary["splits"].items():
         log(f"{split:>5}: {info['utterances']:6d} utts  {info['hours']:.3f} h  {info['voices']:4d} voices  "
@@ -237,7 +280,15 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     return summary
 
 
-def summarize_corpus(out_dir: str | Path, seed: int | None = None) -> dict:
+def corpus_profile(out_dir: str | Path) -> str | None:
+    """The profile the corpus in out_dir was built with (corpora from before profiles: clean); None if none is."""
+    summary = Path(out_dir) / "manifest_summary.json"
+    if not summary.is_file():
+        return None
+    return json.loads(summary.read_text()).get("profile", "clean")
+
+
+def summarize_corpus(out_dir: str | Path, seed: int | None = None, profile: str = "clean") -> dict:
     """Per-split counts read back from the manifests (deterministic: no timings)."""
     splits = {}
     for split in SPLITS:
@@ -252,4 +303,4 @@ def summarize_corpus(out_dir: str | Path, seed: int | None = None) -> dict:
             "voices": len({c.custom["voice"] for c in cuts}), "distinct_words": len(words),
             "min_duration": round(min(durations), 3), "max_duration": round(max(durations), 3),
         }
-    return {"corpus": "synth", "seed": seed, "sample_rate": SAMPLE_RATE, "splits": splits}
+    return {"corpus": "synth", "seed": seed, "profile": profile, "sample_rate": SAMPLE_RATE, "splits": splits}
