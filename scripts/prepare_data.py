@@ -63,10 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--long-hours", type=float, default=0.25)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES),
-                   help="synth only. clean: eSpeak's output as it is. varied: the train split gets 47 more voice "
-                        "variants, wider rate/pitch, intonation range and word gaps, and rooms, noise (coloured, "
-                        "babble), band limits, telephone channel, equalisers and levels baked in (about 100x "
-                        "real time a core instead of 190x); dev, test and long stay clean")
+                   help="synth only. clean: eSpeak's output as it is. voices: the train split gets 47 more "
+                        "voice variants, wider rate/pitch, intonation range and word gaps. varied: voices plus "
+                        "rooms, noise (coloured, babble), band limits, telephone channel, equalisers and levels "
+                        "baked in (about 100x real time a core instead of 190x). mild: voices plus fewer and "
+                        "lighter conditions (asr/data/synth.py PROFILES). Dev, test and long stay clean")
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
                         "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")

@@ -33,12 +33,35 @@ from asr.data.voices import check_voices_exist, draw_voice
 SPLITS = ("train", "dev", "test", "long")
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
 MAX_ATTEMPTS = 50
-# clean: eSpeak's output as it is. varied: the train split gets more voices, wider voice
-# settings and acoustic conditions (asr.data.conditions); dev, test and long stay clean,
-# so the unseen-voice test measures the same thing under both.
-PROFILES = ("clean", "varied")
+
+
+@dataclass(frozen=True)
+class SynthProfile:
+    """What a profile does to the train split. Dev, test and long are always clean, so the
+    unseen-voice test measures the same thing under every profile."""
+
+    varied_voices: bool  # VARIED_EXTRA_VARIANTS too, wider rate/pitch, intonation range, word gaps
+    conditions: ConditionRanges | None  # rooms, noise, channel, level (asr.data.conditions)
+    # Silence before and after the sentence, each drawn from this range (seconds). eSpeak starts
+    # speaking at the first sample and stops at the last; recordings and other engines do not
+    # (flite: 170-250 ms before, 70-150 ms after), and a model that never heard silence says
+    # "and" or "but" into it (about one such word an utterance on the flite split).
+    edge_silence_s: tuple[float, float] | None = None
+
+
+PROFILES = {
+    "clean": SynthProfile(varied_voices=False, conditions=None),  # eSpeak's output as it is
+    "voices": SynthProfile(varied_voices=True, conditions=None),
+    # voices plus silence at both ends and a few conditions, kept light: most utterances stay
+    # free of room and noise
+    "mild": SynthProfile(varied_voices=True, conditions=ConditionRanges(
+        reverb_prob=0.15, rt60_s=(0.1, 0.4), drr_db=(3.0, 15.0), noise_prob=0.2, snr_db=(15.0, 35.0),
+        band_prob=0.2, telephone_share=0.25, lowpass_hz=(3500.0, 7500.0), eq_prob=0.5, eq_gain_db=(-6.0, 6.0),
+        peak_dbfs=(-12.0, -1.0),
+    ), edge_silence_s=(0.05, 0.6)),
+    "varied": SynthProfile(varied_voices=True, conditions=ConditionRanges()),
+}
 DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
-VARIED_CONDITIONS = ConditionRanges()
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,7 @@ class UtteranceMeta:
     num_samples: int
     pitch_span: int = 50
     word_gap: int = 0
-    conditions: str | None = None  # Conditions.describe() of a varied train utterance
+    conditions: str | None = None  # Conditions.describe(), or "none", for a train utterance of a non-clean profile
 
 
 # per-process worker state, set once by _init_worker
@@ -106,13 +129,13 @@ def _say(text: str, voice, rng) -> np.ndarray:
     return _to_16k(raw, _SYNTH.sample_rate)
 
 
-def _with_conditions(audio: np.ndarray, rng, split: str) -> tuple[np.ndarray, str]:
+def _with_conditions(audio: np.ndarray, rng, split: str, ranges: ConditionRanges) -> tuple[np.ndarray, str]:
     """(n,) int16 -> (n,) int16 under drawn acoustic conditions, and their description.
 
     Babble is other sentences by other train voices, synthesized here: the corpus
     carries no noise files, and every draw stays a function of the utterance's seed.
     """
-    cond = draw_conditions(np.random.default_rng(rng.getrandbits(63)), VARIED_CONDITIONS)
+    cond = draw_conditions(np.random.default_rng(rng.getrandbits(63)), ranges)
     babble = None
     if cond.noise == "babble":
         babble = [_say(_GEN(rng), draw_voice(rng, split, varied=True), rng).astype(np.float32) / 32768.0
@@ -121,15 +144,23 @@ def _with_conditions(audio: np.ndarray, rng, split: str) -> tuple[np.ndarray, st
     return (np.clip(out, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16), cond.describe()
 
 
-def _short_utterance(rng, split: str, varied: bool = False) -> tuple[str, object, np.ndarray, str | None] | None:
+def _short_utterance(rng, split: str, profile: SynthProfile = PROFILES["clean"]
+                     ) -> tuple[str, object, np.ndarray, str | None] | None:
+    """(text, voice, (n,) int16 audio, conditions described or None), or None outside the split's durations."""
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
-    voice = draw_voice(rng, split, varied)
+    voice = draw_voice(rng, split, profile.varied_voices)
     audio = _say(text, voice, rng)
     if not low <= len(audio) / SAMPLE_RATE <= high:
         return None
-    if varied and split == "train":
-        audio, described = _with_conditions(audio, rng, split)
+    if profile.edge_silence_s is not None and split == "train":
+        # the padding never takes the utterance past the split's longest duration
+        room = max(0.0, high - len(audio) / SAMPLE_RATE) / 2
+        lead, trail = (min(rng.uniform(*profile.edge_silence_s), room) for _ in range(2))
+        audio = np.concatenate([np.zeros(int(lead * SAMPLE_RATE), np.int16), audio,
+                                np.zeros(int(trail * SAMPLE_RATE), np.int16)])
+    if profile.conditions is not None and split == "train":
+        audio, described = _with_conditions(audio, rng, split, profile.conditions)
         return text, voice, audio, described
     return text, voice, audio, None
 
@@ -160,8 +191,9 @@ def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[
     return " ".join(texts), np.concatenate(pieces)
 
 
-def _long_utterance(rng, split: str, varied: bool = False) -> tuple[str, object, np.ndarray, None] | None:
-    """Several sentences by one voice joined by short pauses, 20-60 s in all (never varied: long is evaluation)."""
+def _long_utterance(rng, split: str, profile: SynthProfile | None = None
+                    ) -> tuple[str, object, np.ndarray, None] | None:
+    """Several sentences by one voice joined by short pauses, 20-60 s in all (clean in every profile: evaluation)."""
     low, high = DURATION_BOUNDS[split]
     voice = draw_voice(rng, split)
     passage = join_sentences(rng, voice, low, high, rng.uniform(low + 5.0, high - 5.0))
@@ -173,12 +205,14 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
     seed, split, index, out_dir, profile = job
     make = _long_utterance if split == "long" else _short_utterance
     for attempt in range(MAX_ATTEMPTS):
-        result = make(sentence_rng(seed, split, index, attempt), split, profile == "varied")
+        result = make(sentence_rng(seed, split, index, attempt), split, PROFILES[profile])
         if result is not None:
             break
     else:
         raise RuntimeError(f"no {split} utterance within {DURATION_BOUNDS[split]} s after {MAX_ATTEMPTS} tries")
     text, voice, audio, conditions = result
+    if conditions is None and split == "train" and profile != "clean":
+        conditions = "none"  # a profile without acoustic conditions; the voice settings are still recorded
     cut_id = f"{split}-{index:06d}"
     rel_path = f"audio/{split}/{cut_id}.flac"
     sf.write(Path(out_dir) / rel_path, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")

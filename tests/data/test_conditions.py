@@ -204,8 +204,8 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound():
     synth._init_worker()
     same_text = 0
     for index in range(6):
-        clean = synth._short_utterance(sentence_rng(5, "train", index), "train", varied=False)
-        varied = synth._short_utterance(sentence_rng(5, "train", index), "train", varied=True)
+        clean = synth._short_utterance(sentence_rng(5, "train", index), "train", synth.PROFILES["clean"])
+        varied = synth._short_utterance(sentence_rng(5, "train", index), "train", synth.PROFILES["varied"])
         if clean is None or varied is None:
             continue  # a draw outside the duration bounds is retried with the next attempt's seed
         assert varied[0] == clean[0]
@@ -214,8 +214,8 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound():
         same_text += 1
     assert same_text >= 3
     # dev stays clean under the varied profile
-    dev_clean = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", varied=False)
-    dev_varied = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", varied=True)
+    dev_clean = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", synth.PROFILES["clean"])
+    dev_varied = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", synth.PROFILES["varied"])
     assert dev_varied[3] is None
     np.testing.assert_array_equal(dev_varied[2], dev_clean[2])
 
@@ -235,6 +235,12 @@ def test_varied_corpus_is_reproducible_and_records_its_conditions(tmp_path):
     cuts = list(read_cuts(a / "cuts_train.jsonl.gz"))
     assert all("conditions" in c.custom and "word_gap" in c.custom for c in cuts)
     assert synth.corpus_profile(a) == "varied"
+    # the voices profile: the same sentences by the widened voices, with no acoustic conditions
+    voices = tmp_path / "voices"
+    build_synth_corpus(SynthConfig(str(voices), seed=4, workers=1, profile="voices", **small), **quiet)
+    voice_cuts = list(read_cuts(voices / "cuts_train.jsonl.gz"))
+    assert voice_cuts and all(c.custom["conditions"] == "none" for c in voice_cuts)
+    assert [c.supervisions[0].text for c in voice_cuts][:3] == [c.supervisions[0].text for c in cuts][:3]
     # asking for the other profile rebuilds the train split
     logs = []
     build_synth_corpus(SynthConfig(str(a), seed=4, workers=1, profile="clean", **small), log=logs.append)
@@ -246,3 +252,27 @@ def test_varied_corpus_is_reproducible_and_records_its_conditions(tmp_path):
 def test_unknown_profile_is_rejected():
     with pytest.raises(ValueError, match="unknown synth profile"):
         SynthConfig("unused", profile="noisy")
+
+
+def test_edge_silence_pads_both_ends_within_the_split_bounds():
+    synth._init_worker()
+    padded_profile = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3))
+    checked = 0
+    for index in range(6):
+        plain = synth._short_utterance(sentence_rng(9, "train", index), "train", synth.PROFILES["clean"])
+        padded = synth._short_utterance(sentence_rng(9, "train", index), "train", padded_profile)
+        if plain is None:
+            continue
+        pad = int(0.3 * SAMPLE_RATE)
+        assert padded[0] == plain[0]
+        assert padded[2].size == plain[2].size + 2 * pad
+        assert not padded[2][:pad].any() and not padded[2][-pad:].any()
+        np.testing.assert_array_equal(padded[2][pad:-pad], plain[2])
+        checked += 1
+    assert checked >= 3
+    # never past the split's longest duration: a 9.8 s utterance gets at most 0.1 s each side
+    huge = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
+    for index in range(4):
+        result = synth._short_utterance(sentence_rng(9, "train", index), "train", huge)
+        if result is not None:
+            assert result[2].size / SAMPLE_RATE <= synth.DURATION_BOUNDS["train"][1] + 1e-3
