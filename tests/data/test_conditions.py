@@ -266,10 +266,22 @@ def test_edge_silence_pads_both_ends_within_the_split_bounds():
         pad = int(0.3 * SAMPLE_RATE)
         assert padded[0] == plain[0]
         assert padded[2].size == plain[2].size + 2 * pad
-        assert not padded[2][:pad].any() and not padded[2][-pad:].any()
-        np.testing.assert_array_equal(padded[2][pad:-pad], plain[2])
+        peak = np.max(np.abs(plain[2].astype(np.float64)))
+        edges = np.concatenate([padded[2][:pad], padded[2][-pad:]]).astype(np.float64)
+        # the edges hold only the floor: at least 45 dB below the speech peak (rms), and not digital zeros
+        # unless the floor is below one int16 step
+        assert 20 * np.log10(max(np.sqrt(np.mean(edges**2)), 1e-9) / peak) <= -44.0
+        middle = padded[2][pad:-pad].astype(np.float64)
+        assert np.sqrt(np.mean((middle - plain[2]) ** 2)) <= peak * 10 ** (-44.0 / 20) + 1.0
         checked += 1
     assert checked >= 3
+    # a floor well above one int16 step is really there (not zeros)
+    loud_floor = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3),
+                                    noise_floor_db=(-40.0, -40.0))
+    result = next(r for r in (synth._short_utterance(sentence_rng(9, "train", i), "train", loud_floor)
+                              for i in range(6)) if r is not None)
+    edge = result[2][: int(0.3 * SAMPLE_RATE)].astype(np.float64)
+    assert np.count_nonzero(edge) > 0.9 * edge.size
     # never past the split's longest duration: a 9.8 s utterance gets at most 0.1 s each side
     huge = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
     for index in range(4):
