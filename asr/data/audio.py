@@ -6,14 +6,23 @@
 from __future__ import annotations
 
 import io
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
 import torchaudio.functional as AF
+import torchaudio.transforms as T
 
 from asr.data.features import SAMPLE_RATE
+
+
+@lru_cache(maxsize=8)
+def cached_resampler(source_rate: int, target_rate: int) -> T.Resample:
+    """A Resample transform kept per rate pair: it caches its sinc kernel, whose construction
+    dominates a one-off functional resample of a short utterance."""
+    return T.Resample(source_rate, target_rate)
 
 
 class AudioError(ValueError):

@@ -17,13 +17,13 @@ Audio here is float32 in [-1, 1], shape (n,), at ``SAMPLE_RATE``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
 import torchaudio.functional as AF
-import torchaudio.transforms as T
 
+from asr.data.audio import cached_resampler
+from asr.data.augment import mix_noise
 from asr.data.features import SAMPLE_RATE
 
 NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f^exponent
@@ -182,20 +182,15 @@ def _fft_convolve(signal: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return np.fft.irfft(np.fft.rfft(signal, nfft) * np.fft.rfft(kernel, nfft), nfft)[: signal.size]
 
 
-@lru_cache(maxsize=4)
-def _resampler(source: int, target: int) -> T.Resample:
-    return T.Resample(source, target)  # caches its sinc kernel
-
-
 def _telephone(wav: torch.Tensor) -> torch.Tensor:
     """(n,) -> (n,): through an 8 kHz, 300-3400 Hz, 8-bit mu-law channel and back to SAMPLE_RATE."""
     n = wav.shape[0]
-    narrow = _resampler(SAMPLE_RATE, TELEPHONE_RATE)(wav)
+    narrow = cached_resampler(SAMPLE_RATE, TELEPHONE_RATE)(wav)
     narrow = AF.highpass_biquad(narrow, TELEPHONE_RATE, TELEPHONE_BAND_HZ[0])
     narrow = AF.lowpass_biquad(narrow, TELEPHONE_RATE, TELEPHONE_BAND_HZ[1])
     peak = narrow.abs().max().clamp_min(1e-6)
     coded = AF.mu_law_decoding(AF.mu_law_encoding((narrow / peak).clamp(-1.0, 1.0), 256), 256) * peak
-    wide = _resampler(TELEPHONE_RATE, SAMPLE_RATE)(coded)
+    wide = cached_resampler(TELEPHONE_RATE, SAMPLE_RATE)(coded)
     return torch.nn.functional.pad(wide, (0, max(0, n - wide.shape[0])))[:n]
 
 
@@ -222,9 +217,7 @@ def apply_conditions(audio: np.ndarray, cond: Conditions, babble: list[np.ndarra
             noise = babble_noise(babble, n, rng).astype(np.float64)
         else:
             noise = coloured_noise(n, cond.noise, rng).astype(np.float64)
-        speech_power = max(float(np.mean(out**2)), 1e-12)
-        noise_power = max(float(np.mean(noise**2)), 1e-12)
-        out = out + noise * np.sqrt(speech_power / (noise_power * 10.0 ** (cond.snr_db / 10.0)))
+        out = mix_noise(torch.from_numpy(out), torch.from_numpy(noise), cond.snr_db).numpy()
     # torchaudio's biquads clamp their output to [-1, 1]: filter at a level far below it
     # (+10 dB on three overlapping bands still fits), the final level is set afterwards
     peak = float(np.max(np.abs(out)))

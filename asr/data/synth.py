@@ -13,16 +13,15 @@ import math
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
-import torchaudio.transforms as T
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
+from asr.data.audio import cached_resampler
 from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
@@ -118,16 +117,10 @@ def _init_worker() -> None:
     _GEN = SentenceGenerator()
 
 
-@lru_cache(maxsize=4)
-def _resampler(sample_rate: int) -> T.Resample:
-    # the transform caches its sinc kernel; building it dominates a functional call
-    return T.Resample(sample_rate, SAMPLE_RATE)
-
-
 def _to_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     """(n,) int16 at sample_rate -> (n',) int16 at 16 kHz."""
     wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)
-    wav = _resampler(sample_rate)(wav)
+    wav = cached_resampler(sample_rate, SAMPLE_RATE)(wav)
     return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
 
 
