@@ -116,3 +116,14 @@ def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys
     assert "key=value" in capsys.readouterr().err
     assert ablate.main(["--schemes", "rel_xl,alibi"]) == 2
     assert "valid schemes" in capsys.readouterr().err
+
+
+def test_warmup_is_a_tenth_of_the_step_budget_and_user_overrides_win() -> None:
+    assert ablate.ablation_overrides(1800, [])[0] == "optim.scheduler.warmup_steps=180"
+    assert ablate.ablation_overrides(25, [])[0] == "optim.scheduler.warmup_steps=2"
+    assert ablate.ablation_overrides(3, [])[0] == "optim.scheduler.warmup_steps=1"
+    time_budget = ablate.ablation_overrides(None, [])[0]
+    assert time_budget == f"optim.scheduler.warmup_steps={ablate.WARMUP_FOR_TIME_BUDGET}"
+    # Hydra applies overrides in order, so the user's come last to win over the ablation's.
+    overrides = ablate.ablation_overrides(1800, ["optim.scheduler.warmup_steps=7"])
+    assert overrides[-1] == "optim.scheduler.warmup_steps=7" and "trainer.limit_val_batches=4" in overrides
