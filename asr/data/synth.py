@@ -53,9 +53,19 @@ class SynthProfile:
     # int16 rounding still leaves mostly zeros, like flite's rms voice (floor at -86 dB).
     noise_floor_db: tuple[float, float] = (-90.0, -45.0)
 
+    @property
+    def is_clean(self) -> bool:
+        """eSpeak's output as it is: no wider voices, no conditions, no padding."""
+        return not self.varied_voices and self.conditions is None and self.edge_silence_s is None
 
+    def for_split(self, split: str) -> SynthProfile:
+        """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
+        return self if split == "train" else CLEAN_PROFILE
+
+
+CLEAN_PROFILE = SynthProfile(varied_voices=False, conditions=None)
 PROFILES = {
-    "clean": SynthProfile(varied_voices=False, conditions=None),  # eSpeak's output as it is
+    "clean": CLEAN_PROFILE,  # eSpeak's output as it is
     "voices": SynthProfile(varied_voices=True, conditions=None),
     # eSpeak's voices as in clean, with silence and a noise floor at both ends
     "padded": SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.05, 0.6)),
@@ -160,18 +170,21 @@ def _pad_with_floor(audio: np.ndarray, rng, profile: SynthProfile, longest_s: fl
     return np.clip(np.round(padded + floor), -32768, 32767).astype(np.int16)
 
 
-def _short_utterance(rng, split: str, profile: SynthProfile = PROFILES["clean"]
+def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
                      ) -> tuple[str, object, np.ndarray, str | None] | None:
-    """(text, voice, (n,) int16 audio, conditions described or None), or None outside the split's durations."""
+    """(text, voice, (n,) int16 audio, conditions described or None), or None outside the split's durations.
+
+    ``profile`` is applied as given: the caller passes ``profile.for_split(split)``.
+    """
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
     voice = draw_voice(rng, split, profile.varied_voices)
     audio = _say(text, voice, rng)
     if not low <= len(audio) / SAMPLE_RATE <= high:
         return None
-    if profile.edge_silence_s is not None and split == "train":
+    if profile.edge_silence_s is not None:
         audio = _pad_with_floor(audio, rng, profile, high)
-    if profile.conditions is not None and split == "train":
+    if profile.conditions is not None:
         audio, described = _with_conditions(audio, rng, split, profile.conditions)
         return text, voice, audio, described
     return text, voice, audio, None
@@ -214,16 +227,17 @@ def _long_utterance(rng, split: str, profile: SynthProfile | None = None
 
 def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
     """Pool task: synthesize utterance `index` of `split` and write its FLAC file."""
-    seed, split, index, out_dir, profile = job
+    seed, split, index, out_dir, profile_name = job
+    profile = PROFILES[profile_name].for_split(split)
     make = _long_utterance if split == "long" else _short_utterance
     for attempt in range(MAX_ATTEMPTS):
-        result = make(sentence_rng(seed, split, index, attempt), split, PROFILES[profile])
+        result = make(sentence_rng(seed, split, index, attempt), split, profile)
         if result is not None:
             break
     else:
         raise RuntimeError(f"no {split} utterance within {DURATION_BOUNDS[split]} s after {MAX_ATTEMPTS} tries")
     text, voice, audio, conditions = result
-    if conditions is None and split == "train" and profile != "clean":
+    if conditions is None and not profile.is_clean:
         conditions = "none"  # a profile without acoustic conditions; the voice settings are still recorded
     cut_id = f"{split}-{index:06d}"
     rel_path = f"audio/{split}/{cut_id}.flac"

@@ -199,7 +199,7 @@ def test_espeak_pitch_span_and_word_gap_change_the_audio():
     assert gaps.size - plain.size > 0.15 * synthesizer.sample_rate
 
 
-def test_varied_utterance_keeps_the_words_and_changes_the_sound():
+def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
     """Same utterance seed: the varied profile says the same sentence (the text is drawn first), differently."""
     synth._init_worker()
     same_text = 0
@@ -213,11 +213,21 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound():
         assert varied[2].dtype == np.int16
         same_text += 1
     assert same_text >= 3
-    # dev stays clean under the varied profile
-    dev_clean = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", synth.PROFILES["clean"])
-    dev_varied = synth._short_utterance(sentence_rng(5, "dev", 0), "dev", synth.PROFILES["varied"])
-    assert dev_varied[3] is None
-    np.testing.assert_array_equal(dev_varied[2], dev_clean[2])
+    # every profile leaves the evaluation splits clean; only train takes it
+    for name, profile in synth.PROFILES.items():
+        assert profile.for_split("train") is profile
+        assert all(profile.for_split(split).is_clean for split in ("dev", "test", "long"))
+        assert profile.is_clean == (name == "clean")
+    written = {}
+    for name in ("clean", "varied"):
+        (tmp_path / name / "audio" / "dev").mkdir(parents=True)
+        meta = synth._make_utterance((5, "dev", 0, str(tmp_path / name), name))
+        assert meta.conditions is None and meta.pitch_span == 50 and meta.word_gap == 0
+        written[name] = (tmp_path / name / meta.audio_path).read_bytes()
+    assert written["varied"] == written["clean"]
+    (tmp_path / "varied" / "audio" / "train").mkdir()
+    train = synth._make_utterance((5, "train", 0, str(tmp_path / "varied"), "varied"))
+    assert train.conditions is not None and "peak=" in train.conditions
 
 
 def test_varied_corpus_is_reproducible_and_records_its_conditions(tmp_path):
