@@ -3,7 +3,11 @@
 `build_scale_corpus` writes manifests of N cuts (10k ... 1M) that all point at a
 handful of real audio files (short windows of the first cuts of a source manifest),
 so nothing large lands on disk except the Shar shards, which hold each cut's audio
-and are therefore only built up to ``shar_max_cuts``. `measure` runs in a fresh
+(about 19 KB a cut) and are built up to ``shar_max_cuts``. Every scale cut's audio
+is one of the few template windows, so `write_scale_shar` encodes each template
+once with lhotse's own Shar writer and copies its bytes under every cut id: the same
+shards `write_shar` would give, at disk speed (1M cuts: minutes, not an hour of flac
+encoding). `measure` runs in a fresh
 process per (size, mode) so peak RSS belongs to that reader alone: it builds the
 training loader, times the first batch, draws a few more, shuts the workers down and
 reads the main process's and the workers' peak RSS (``ru_maxrss``).
@@ -13,7 +17,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
+import io
 import json
+import tarfile
+import tempfile
 import resource
 import subprocess
 import sys
@@ -25,8 +33,8 @@ from pathlib import Path
 from lhotse.cut import Cut
 from lhotse.utils import fastcopy
 
-from asr.data.manifest import read_cuts, write_cuts
-from asr.data.shar import write_shar
+from asr.data.manifest import CorpusStats, read_cuts, write_cuts, write_stats
+from asr.data.shar import AUDIO_FIELD, CUTS_FIELD, write_shar
 
 MODES = ("eager", "lazy", "shar")
 
@@ -51,6 +59,48 @@ def _scaled(templates: list[Cut], n: int) -> Iterator[Cut]:
         yield fastcopy(cut, id=cut_id, supervisions=[fastcopy(cut.supervisions[0], id=cut_id)])
 
 
+def write_scale_shar(templates: list[Cut], n: int, out_dir: Path, shard_size: int = 1000) -> CorpusStats:
+    """Shar shards of ``_scaled(templates, n)``, each template's audio encoded once.
+
+    The first ``len(templates)`` cuts go through ``write_shar`` (lhotse's writer); every
+    later cut is cut ``i % len(templates)``'s cut record, audio and recording members,
+    renamed to its own id. Shard layout and names are those of
+    ``write_shar(..., shard_size=shard_size)``.
+    """
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty")
+    count = min(len(templates), n)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
+        write_shar(islice(_scaled(templates, n), count), Path(scratch) / "templates", shard_size=count)
+        with gzip.open(Path(scratch) / "templates" / f"{CUTS_FIELD}.000000.jsonl.gz", "rt") as f:
+            records = [json.loads(line) for line in f]
+        with tarfile.open(Path(scratch) / "templates" / f"{AUDIO_FIELD}.000000.tar") as tar:
+            members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    # per template: [(suffix, bytes)] in the writer's member order (audio, then its recording json)
+    payloads = [[] for _ in range(count)]
+    for name, data in members:
+        stem, suffix = name.split(".", 1)
+        payloads[int(stem.rsplit("-", 1)[1])].append((suffix, data))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seconds = 0.0
+    for shard, start in enumerate(range(0, n, shard_size)):
+        with gzip.open(out_dir / f"{CUTS_FIELD}.{shard:06d}.jsonl.gz", "wt") as cuts_file, \
+                tarfile.open(out_dir / f"{AUDIO_FIELD}.{shard:06d}.tar", "w") as tar:
+            for i in range(start, min(n, start + shard_size)):
+                cut_id = f"scale{n}-{i:07d}"
+                record = dict(records[i % count], id=cut_id)
+                record["supervisions"] = [dict(record["supervisions"][0], id=cut_id)]
+                cuts_file.write(json.dumps(record) + "\n")
+                seconds += record["duration"]
+                for suffix, data in payloads[i % count]:
+                    info = tarfile.TarInfo(f"{cut_id}.{suffix}")
+                    info.size, info.mode = len(data), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+    stats = CorpusStats(n, seconds)
+    write_stats(stats, out_dir)
+    return stats
+
+
 def build_scale_corpus(source: Path, out_dir: Path, sizes: list[int], shar_max_cuts: int,
                        audio_files: int = 8) -> dict[int, dict[str, Path]]:
     """{size: {"manifest": path, "shar": folder (sizes <= shar_max_cuts)}}; existing outputs are reused."""
@@ -65,7 +115,7 @@ def build_scale_corpus(source: Path, out_dir: Path, sizes: list[int], shar_max_c
         if n <= shar_max_cuts:
             shar = out_dir / f"shar_{n}"
             if not shar.is_dir():
-                write_shar(read_cuts(manifest, lazy=True), shar, shard_size=1000)
+                write_scale_shar(templates, n, shar, shard_size=1000)
             built[n]["shar"] = shar
     return built
 
