@@ -43,9 +43,9 @@ from asr.ablation.step_timer import read_step_stats  # noqa: E402
 # The default budget is the same number of optimizer steps for every scheme, with a
 # wall-clock cap (Lightning max_time) as a guard on a slower machine. 1800 steps of the
 # quickstart recipe (60 s batches) with the cosine ending at the last step: `rel_xl`
-# reached 24.4% test WER (rescoring) in 13.7 min of training at 0.43 s a step on an idle
-# 2-core host, plus ~2.8 min of evaluation, ~16.5 min a scheme and ~1 h 55 min for the
-# seven. (1300 steps, the earlier default, ended at 31.7%.) The cap only acts on a host
+# reached 24.4% test WER (rescoring); the seven schemes took 1 h 42 min end to end on an
+# idle 2-core host (2026-11-24: 12-14 min of training at 0.38-0.44 s a step and 1-3 min of
+# evaluation a scheme). (1300 steps, the earlier default, ended at 31.7%.) The cap only acts on a host
 # slower than that one (the same host has measured 0.6-0.7 s a step on busy days); it
 # bounds the run at ~2 h 15 min there, and the Steps column shows who was cut short.
 DEFAULT_BUDGET_STEPS = 1800

@@ -149,6 +149,7 @@ def test_report_gives_intervals_and_states_only_resolved_findings(tmp_path: Path
     assert "`rope`" in findings and "not resolved" in findings.lower()
     assert "`rope` has a" not in findings  # no direction without a resolved interval
     assert f"`abs_learned` cannot run 160 s passages: {NOT_APPLICABLE}" in findings
+    assert "One training seed per scheme" in findings
     main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
     expected = 100 * sum(base) / (10 * len(base))
     assert main["rel_xl"][2].startswith(f"{expected:.2f} [") and main["rel_xl"][3] == "reference"
@@ -172,3 +173,4 @@ def test_seeds_are_pooled_and_their_spread_shown(tmp_path: Path) -> None:
     assert main["rel_xl"][1] == "2" and main["rel_xl"][6] == f"{wer_a:.2f}, {wer_b:.2f}"
     assert main["rel_xl"][2].startswith(f"{(wer_a + wer_b) / 2:.2f} [")  # pooled = mean of the seeds
     assert f"`rel_xl` {wer_a:.2f}-{wer_b:.2f} (2 seeds)" in text
+    assert "One training seed per scheme" not in text
