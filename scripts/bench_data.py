@@ -15,6 +15,7 @@ Usage:
   python scripts/bench_data.py --no-augment --workers 1
   python scripts/bench_data.py --scale                          # 10k / 100k / 1M cuts in /tmp/asr_scale_bench
   python scripts/bench_data.py --scale --sizes 10000 100000 --shar-max-cuts 10000
+  python scripts/bench_data.py --scale --shar-max-cuts 1000000     # Shar at 1M too: 19 GB, ~2.5 min to write
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--scale-dir", default="/tmp/asr_scale_bench", help="where --scale writes its manifests")
     p.add_argument("--shar-max-cuts", type=int, default=100_000,
-                   help="build Shar shards up to this size (they hold a copy of every cut's audio)")
+                   help="build Shar shards up to this size (they hold a copy of every cut's audio: "
+                        "about 19 KB a cut, 1.9 GB at 100k)")
     p.add_argument("--bucket-buffer", type=int, default=None,
                    help="--scale: the sampler's look-ahead in cuts, every mode (default 2000: Shar cuts carry audio)")
     args = p.parse_args(argv)
