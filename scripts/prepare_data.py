@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--long-hours", type=float, default=0.25)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES),
-                   help="synth only. clean: eSpeak's output as it is. voices: the train split gets 47 more "
+                   help="synth only. clean: eSpeak's output as it is. padded: clean voices with "
+                        "silence over a noise floor at both ends. voices: the train split gets 47 more "
                         "voice variants, wider rate/pitch, intonation range and word gaps. varied: voices plus "
                         "rooms, noise (coloured, babble), band limits, telephone channel, equalisers and levels "
                         "baked in (about 100x real time a core instead of 190x). mild: voices plus fewer and "

@@ -287,15 +287,15 @@ def findings(analysis: Analysis, chunk_metrics: Mapping[int, str], probe_metrics
             out.append(f"`{scheme}` cannot run {longest} s passages: {reason}.")
         out += comparison_lines(analysis, metric, f"{longest} s passages (full context)")
     multi = {s: v for s, v in analysis.stats.get(MAIN_METRIC, {}).items() if len(v.seed_wers) > 1}
-    if not multi:
-        # A paired bootstrap over utterances says how sure the ranking is for these trained
-        # models; a second training seed can move a scheme's WER by more than that.
-        out.append("One training seed per scheme: the intervals cover the choice of test utterances, not "
-                   "training-seed variation, which can be larger than a small resolved difference; "
-                   "`--seeds N` trains N seeds per scheme and pools them.")
     if multi:
         spread = ", ".join(
             f"`{s}` {min(v.seed_wers):.2f}-{max(v.seed_wers):.2f} ({len(v.seed_wers)} seeds)" for s, v in multi.items()
         )
         out.append(f"Seed spread of the main WER (lowest-highest seed): {spread}.")
+    else:
+        # A paired bootstrap over utterances says how sure the ranking is for these trained
+        # models; a second training seed can move a scheme's WER by more than that.
+        out.append("One training seed per scheme: the intervals cover the choice of test utterances, not "
+                   "training-seed variation, which can be larger than a small resolved difference; "
+                   "`--seeds N` trains N seeds per scheme and pools them.")
     return out

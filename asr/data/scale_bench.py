@@ -20,11 +20,11 @@ import gc
 import gzip
 import io
 import json
-import tarfile
-import tempfile
 import resource
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from itertools import islice
@@ -52,10 +52,14 @@ def _templates(source: Path, count: int) -> list[Cut]:
     return windows
 
 
+def _scale_cut_id(n: int, i: int) -> str:
+    return f"scale{n}-{i:07d}"
+
+
 def _scaled(templates: list[Cut], n: int) -> Iterator[Cut]:
     for i in range(n):
         cut = templates[i % len(templates)]
-        cut_id = f"scale{n}-{i:07d}"
+        cut_id = _scale_cut_id(n, i)
         yield fastcopy(cut, id=cut_id, supervisions=[fastcopy(cut.supervisions[0], id=cut_id)])
 
 
@@ -77,17 +81,18 @@ def write_scale_shar(templates: list[Cut], n: int, out_dir: Path, shard_size: in
         with tarfile.open(Path(scratch) / "templates" / f"{AUDIO_FIELD}.000000.tar") as tar:
             members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
     # per template: [(suffix, bytes)] in the writer's member order (audio, then its recording json)
+    template_of = {record["id"]: t for t, record in enumerate(records)}
     payloads = [[] for _ in range(count)]
     for name, data in members:
-        stem, suffix = name.split(".", 1)
-        payloads[int(stem.rsplit("-", 1)[1])].append((suffix, data))
+        cut_id, suffix = name.split(".", 1)
+        payloads[template_of[cut_id]].append((suffix, data))
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds = 0.0
     for shard, start in enumerate(range(0, n, shard_size)):
         with gzip.open(out_dir / f"{CUTS_FIELD}.{shard:06d}.jsonl.gz", "wt") as cuts_file, \
                 tarfile.open(out_dir / f"{AUDIO_FIELD}.{shard:06d}.tar", "w") as tar:
             for i in range(start, min(n, start + shard_size)):
-                cut_id = f"scale{n}-{i:07d}"
+                cut_id = _scale_cut_id(n, i)
                 record = dict(records[i % count], id=cut_id)
                 record["supervisions"] = [dict(record["supervisions"][0], id=cut_id)]
                 cuts_file.write(json.dumps(record) + "\n")
