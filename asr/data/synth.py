@@ -8,6 +8,7 @@ split reaches its hours, so the pool size never changes the result.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -21,15 +22,20 @@ import torch
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
-from asr.data.audio import cached_resampler
+from asr.data.audio import cached_resampler, draw_scale_rate, scale_frequencies
 from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
 from asr.data.sentences import SentenceGenerator, sentence_rng
-from asr.data.voices import check_voices_exist, draw_voice
+from asr.data.pico import PicoSynthesizer, PicoVoice, draw_pico_voice
+from asr.data.voices import VoiceSetting, check_voices_exist, draw_voice
 
 SPLITS = ("train", "dev", "test", "long")
+# Synthesis workers are replaced after this many utterances: SVOX Pico leaks ~70 KB an
+# utterance (asr.data.pico); eSpeak and Pico start every utterance from fresh state, so
+# which worker makes an utterance never changes it.
+WORKER_MAX_TASKS = 2000
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
 MAX_ATTEMPTS = 50
 
@@ -52,11 +58,19 @@ class SynthProfile:
     # by 5 and doubled the deviations (a run stopped at 94% dev WER at step 760). At -90 dB the
     # int16 rounding still leaves mostly zeros, like flite's rms voice (floor at -86 dB).
     noise_floor_db: tuple[float, float] = (-90.0, -45.0)
+    # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.data.pico):
+    # another engine's phones, with speakers made by formant scaling.
+    pico_share: float = 0.0
+    # eSpeak's utterances get their formants (and pitch) scaled by a factor drawn from this range
+    # (asr.data.audio.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
+    # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
+    espeak_formant_scale: tuple[float, float] | None = None
 
     @property
     def is_clean(self) -> bool:
-        """eSpeak's output as it is: no wider voices, no conditions, no padding."""
-        return not self.varied_voices and self.conditions is None and self.edge_silence_s is None
+        """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
+        return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
+                and self.pico_share == 0.0 and self.espeak_formant_scale is None)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -77,6 +91,11 @@ PROFILES = {
         peak_dbfs=(-12.0, -1.0),
     ), edge_silence_s=(0.05, 0.6)),
     "varied": SynthProfile(varied_voices=True, conditions=ConditionRanges()),
+    # eSpeak's voices as in clean for 60% of the utterances, SVOX Pico for the rest
+    "pico": SynthProfile(varied_voices=False, conditions=None, pico_share=0.4),
+    # pico, and eSpeak's formants scaled by 0.85-1.15 too
+    "pico_scaled": SynthProfile(varied_voices=False, conditions=None, pico_share=0.4,
+                                espeak_formant_scale=(0.85, 1.15)),
 }
 DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
 
@@ -115,9 +134,10 @@ class UtteranceMeta:
     conditions: str | None = None  # Conditions.describe(), or "none", for a train utterance of a non-clean profile
 
 
-# per-process worker state, set once by _init_worker
+# per-process worker state, set once by _init_worker (Pico on first use: most profiles never need it)
 _SYNTH: EspeakSynthesizer | None = None
 _GEN: SentenceGenerator | None = None
+_PICO: PicoSynthesizer | None = None
 
 
 def _init_worker() -> None:
@@ -138,6 +158,13 @@ def _say(text: str, voice, rng) -> np.ndarray:
     raw = _SYNTH.synthesize(text, voice.voice, voice.rate, voice.pitch, seed=rng.randrange(1, 2**31),
                             pitch_span=voice.pitch_span, word_gap=voice.word_gap)
     return _to_16k(raw, _SYNTH.sample_rate)
+
+
+def _say_pico(text: str, voice: PicoVoice) -> np.ndarray:
+    global _PICO
+    if _PICO is None:
+        _PICO = PicoSynthesizer()
+    return _PICO.synthesize(text, voice)
 
 
 def _with_conditions(audio: np.ndarray, rng, split: str, ranges: ConditionRanges) -> tuple[np.ndarray, str]:
@@ -178,8 +205,18 @@ def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
     """
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
-    voice = draw_voice(rng, split, profile.varied_voices)
-    audio = _say(text, voice, rng)
+    # the share is drawn only by profiles that have one, so the others' draws stay as they were
+    if profile.pico_share > 0 and rng.random() < profile.pico_share:
+        pico_voice = draw_pico_voice(rng)
+        audio = _say_pico(text, pico_voice)
+        voice = VoiceSetting(voice=pico_voice.name, rate=pico_voice.rate, pitch=pico_voice.pitch)
+    else:
+        voice = draw_voice(rng, split, profile.varied_voices)
+        audio = _say(text, voice, rng)
+        if profile.espeak_formant_scale is not None:
+            resample_hz = draw_scale_rate(rng, profile.espeak_formant_scale)
+            audio = scale_frequencies(audio, resample_hz)
+            voice = dataclasses.replace(voice, voice=f"{voice.voice}@{SAMPLE_RATE / resample_hz:.2f}")
     if not low <= len(audio) / SAMPLE_RATE <= high:
         return None
     if profile.edge_silence_s is not None:
@@ -270,7 +307,8 @@ def start_pool(workers: int):
     """
     _init_worker()
     check_voices_exist(_SYNTH.data_path)
-    return mp.get_context("fork").Pool(workers, initializer=_init_worker) if workers > 1 else None
+    return mp.get_context("fork").Pool(workers, initializer=_init_worker,
+                                           maxtasksperchild=WORKER_MAX_TASKS) if workers > 1 else None
 
 
 def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]:
@@ -312,6 +350,8 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
         log(f"train: built with profile {built_profile!r}, {cfg.profile!r} asked: rebuilding it")
         todo.insert(0, "train")
     made_seconds, started = 0.0, time.perf_counter()
+    if "train" in todo and PROFILES[cfg.profile].pico_share > 0:
+        PicoSynthesizer()  # without ttspico: say how to install it now, not from inside a pool worker
     if todo:
         pool = start_pool(cfg.workers)
         try:
