@@ -59,14 +59,6 @@ def draw_pico_voice(rng: random.Random) -> PicoVoice:
     return PicoVoice(language, rng.randint(*PITCH_PERCENT_RANGE), rng.randint(*RATE_PERCENT_RANGE), resample_hz)
 
 
-def pico_available() -> bool:
-    try:
-        import ttspico  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class PicoSynthesizer:
     """text + :class:`PicoVoice` -> (n,) int16 at 16 kHz, the same samples for the same arguments.
 
