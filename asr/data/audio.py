@@ -25,6 +25,13 @@ def cached_resampler(source_rate: int, target_rate: int) -> T.Resample:
     return T.Resample(source_rate, target_rate)
 
 
+def resample_int16(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:
+    """(n,) int16 at ``source_rate`` -> (n * target_rate / source_rate,) int16, clipped to int16's range."""
+    wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)
+    wav = cached_resampler(source_rate, target_rate)(wav)
+    return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
+
+
 # Formant scaling (asr.data.synth profiles) resamples to rates on this grid, so every (16 kHz,
 # rate) pair shares a large divisor (small sinc kernels) and there are few pairs (each cached).
 RESAMPLE_STEP_HZ = 400
@@ -47,9 +54,7 @@ def scale_frequencies(samples: np.ndarray, resample_hz: int) -> np.ndarray:
     """
     if resample_hz == SAMPLE_RATE:
         return samples.copy()
-    wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)
-    wav = cached_resampler(SAMPLE_RATE, resample_hz)(wav)
-    return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
+    return resample_int16(samples, SAMPLE_RATE, resample_hz)
 
 
 class AudioError(ValueError):

@@ -22,7 +22,7 @@ import torch
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
-from asr.data.audio import cached_resampler, draw_scale_rate, scale_frequencies
+from asr.data.audio import draw_scale_rate, resample_int16, scale_frequencies
 from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
@@ -147,17 +147,10 @@ def _init_worker() -> None:
     _GEN = SentenceGenerator()
 
 
-def _to_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
-    """(n,) int16 at sample_rate -> (n',) int16 at 16 kHz."""
-    wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)
-    wav = cached_resampler(sample_rate, SAMPLE_RATE)(wav)
-    return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
-
-
 def _say(text: str, voice, rng) -> np.ndarray:
     raw = _SYNTH.synthesize(text, voice.voice, voice.rate, voice.pitch, seed=rng.randrange(1, 2**31),
                             pitch_span=voice.pitch_span, word_gap=voice.word_gap)
-    return _to_16k(raw, _SYNTH.sample_rate)
+    return resample_int16(raw, _SYNTH.sample_rate, SAMPLE_RATE)
 
 
 def _say_pico(text: str, voice: PicoVoice) -> np.ndarray:

@@ -33,6 +33,7 @@ from lhotse import CutSet
 from tqdm import tqdm
 
 from asr.data import synth
+from asr.data.audio import resample_int16
 from asr.data.dataset import cut_text
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import read_cuts, write_cuts
@@ -80,7 +81,7 @@ def render_flite(text: str, voice: str, flite: str = "flite", timeout_s: float =
     if samples.ndim > 1:
         samples = samples[:, 0]
     if rate != SAMPLE_RATE:
-        samples = synth._to_16k(samples, rate)
+        samples = resample_int16(samples, rate, SAMPLE_RATE)
     if samples.size == 0:
         raise RuntimeError(f"flite -voice {voice} wrote no samples for {text!r}")
     return samples
