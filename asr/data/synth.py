@@ -28,6 +28,7 @@ from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
 from asr.data.sentences import SentenceGenerator, sentence_rng
+from asr.data.neural_tts import NeuralSynthesizer, NeuralVoice, draw_neural_voice
 from asr.data.pico import PicoSynthesizer, PicoVoice, draw_pico_voice
 from asr.data.voices import VoiceSetting, check_voices_exist, draw_voice
 
@@ -61,6 +62,10 @@ class SynthProfile:
     # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.data.pico):
     # another engine's phones, with speakers made by formant scaling.
     pico_share: float = 0.0
+    # This share is read by the neural voices (asr.data.neural_tts: Hibari and Piper's joe, each
+    # trained on a person's recordings), speakers again made by formant scaling.
+    neural_share: float = 0.0
+    neural_hibari_weight: float = 0.5  # of the neural share, Hibari's part (the rest: Piper's joe)
     # eSpeak's utterances get their formants (and pitch) scaled by a factor drawn from this range
     # (asr.data.audio.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
     # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
@@ -70,7 +75,7 @@ class SynthProfile:
     def is_clean(self) -> bool:
         """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
         return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
-                and self.pico_share == 0.0 and self.espeak_formant_scale is None)
+                and self.pico_share == 0.0 and self.neural_share == 0.0 and self.espeak_formant_scale is None)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -96,6 +101,13 @@ PROFILES = {
     # pico, and eSpeak's formants scaled by 0.85-1.15 too
     "pico_scaled": SynthProfile(varied_voices=False, conditions=None, pico_share=0.4,
                                 espeak_formant_scale=(0.85, 1.15)),
+    # pico_scaled with 35% of train read by the neural voices: eSpeak 50%, Pico 15%
+    "neural": SynthProfile(varied_voices=False, conditions=None, pico_share=0.15, neural_share=0.35,
+                           espeak_formant_scale=(0.85, 1.15)),
+    # the neural voices read the majority: eSpeak 35%, Pico 10%, Hibari 38.5%, Piper 16.5%
+    # (Hibari is ~6x cheaper to run than Piper)
+    "neural_major": SynthProfile(varied_voices=False, conditions=None, pico_share=0.1, neural_share=0.55,
+                                 neural_hibari_weight=0.7, espeak_formant_scale=(0.85, 1.15)),
 }
 DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
 
@@ -138,6 +150,7 @@ class UtteranceMeta:
 _SYNTH: EspeakSynthesizer | None = None
 _GEN: SentenceGenerator | None = None
 _PICO: PicoSynthesizer | None = None
+_NEURAL: NeuralSynthesizer | None = None
 
 
 def _init_worker() -> None:
@@ -158,6 +171,13 @@ def _say_pico(text: str, voice: PicoVoice) -> np.ndarray:
     if _PICO is None:
         _PICO = PicoSynthesizer()
     return _PICO.synthesize(text, voice)
+
+
+def _say_neural(text: str, voice: NeuralVoice) -> np.ndarray:
+    global _NEURAL
+    if _NEURAL is None:
+        _NEURAL = NeuralSynthesizer()
+    return _NEURAL.synthesize(text, voice)
 
 
 def _with_conditions(audio: np.ndarray, rng, split: str, ranges: ConditionRanges) -> tuple[np.ndarray, str]:
@@ -198,11 +218,17 @@ def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
     """
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
-    # the share is drawn only by profiles that have one, so the others' draws stay as they were
-    if profile.pico_share > 0 and rng.random() < profile.pico_share:
+    # The engine is drawn only by profiles with another engine, so the others' draws stay as
+    # they were; one uniform picks it: [0, pico) Pico, [pico, pico + neural) neural, else eSpeak.
+    engine_draw = rng.random() if profile.pico_share > 0 or profile.neural_share > 0 else 1.0
+    if engine_draw < profile.pico_share:
         pico_voice = draw_pico_voice(rng)
         audio = _say_pico(text, pico_voice)
         voice = VoiceSetting(voice=pico_voice.name, rate=pico_voice.rate, pitch=pico_voice.pitch)
+    elif engine_draw < profile.pico_share + profile.neural_share:
+        neural_voice = draw_neural_voice(rng, profile.neural_hibari_weight)
+        audio = _say_neural(text, neural_voice)
+        voice = VoiceSetting(voice=neural_voice.name, rate=round(neural_voice.speed * 100), pitch=100)
     else:
         voice = draw_voice(rng, split, profile.varied_voices)
         audio = _say(text, voice, rng)
@@ -345,6 +371,8 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     made_seconds, started = 0.0, time.perf_counter()
     if "train" in todo and PROFILES[cfg.profile].pico_share > 0:
         PicoSynthesizer()  # without ttspico: say how to install it now, not from inside a pool worker
+    if "train" in todo and PROFILES[cfg.profile].neural_share > 0:
+        NeuralSynthesizer()  # the same for the neural voices' wheels
     if todo:
         pool = start_pool(cfg.workers)
         try:

@@ -64,3 +64,20 @@ def write_tone(path: Path, seconds: float, sr: int = 16000, channels: int = 1, f
     path.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(path), data, sr, subtype="PCM_16")
     return data
+
+
+@pytest.fixture
+def train_speakers():
+    """speakers(profile_name, count) -> the speaker labels of the first ``count`` train indices
+    that fall within the duration bounds (first attempt only), as the profile draws them."""
+    from asr.data import synth
+    from asr.data.sentences import sentence_rng
+
+    def speakers(profile_name: str, count: int) -> list[str]:
+        profile = synth.PROFILES[profile_name]
+        assert not profile.is_clean and profile.for_split("test").is_clean  # only train is changed
+        synth._init_worker()
+        made = (synth._short_utterance(sentence_rng(0, "train", i, 0), "train", profile) for i in range(count))
+        return [m[1].voice for m in made if m is not None]
+
+    return speakers

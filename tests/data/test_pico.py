@@ -79,18 +79,12 @@ def test_rate_setting_changes_the_duration(engine):
     assert fast.size < 0.8 * slow.size
 
 
-def test_pico_profile_mixes_both_engines_in_train_only():
-    profile = synth.PROFILES["pico"]
-    assert not profile.is_clean and profile.for_split("test").is_clean
-    synth._init_worker()
-    speakers = []
-    for index in range(120):
-        made = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", profile)
-        if made is not None:
-            speakers.append(made[1].voice)
+def test_pico_profile_mixes_both_engines_in_train_only(train_speakers):
+    speakers = train_speakers("pico", 120)
     share = sum(s.startswith("pico-") for s in speakers) / len(speakers)
     assert 0.25 < share < 0.55, share  # 0.4 asked; 120 draws
     # the same index gives the same utterance: text, speaker and samples
+    profile = synth.PROFILES["pico"]
     a = synth._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
     b = synth._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
     assert a[0] == b[0] and a[1] == b[1]
@@ -143,21 +137,3 @@ def test_espeak_formant_scale_changes_the_sound_not_the_words():
         assert a[2].size == pytest.approx(b[2].size / float(scale), rel=0.01)
         checked += 1
     assert checked >= 4
-
-
-def test_missing_ttspico_is_reported_before_synthesis(tmp_path, monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_ttspico(name, *args, **kwargs):
-        if name == "ttspico":
-            raise ImportError("no module named ttspico")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_ttspico)
-    monkeypatch.setattr(synth, "start_pool", lambda workers: pytest.fail("synthesis started"))
-    cfg = synth.SynthConfig(str(tmp_path), train_hours=0.001, dev_hours=0, test_hours=0, long_hours=0,
-                            workers=1, profile="pico")
-    with pytest.raises(RuntimeError, match="pip install ttspico"):
-        synth.build_synth_corpus(cfg)

