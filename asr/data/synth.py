@@ -71,6 +71,21 @@ class SynthProfile:
     # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
     espeak_formant_scale: tuple[float, float] | None = None
 
+    def __post_init__(self):
+        # One uniform picks the engine ([0, pico) Pico, [pico, pico + neural) neural, else eSpeak):
+        # shares outside [0, 1] or summing past 1 would silently starve an engine.
+        if not (0.0 <= self.pico_share <= 1.0 and 0.0 <= self.neural_share <= 1.0
+                and self.pico_share + self.neural_share <= 1.0):
+            raise ValueError(f"pico_share ({self.pico_share}) and neural_share ({self.neural_share}) must lie in "
+                             f"[0, 1] and sum to at most 1 (the rest is eSpeak's)")
+        if not 0.0 <= self.neural_hibari_weight <= 1.0:
+            raise ValueError(f"neural_hibari_weight must lie in [0, 1], got {self.neural_hibari_weight}")
+        if self.espeak_formant_scale is not None:
+            low, high = self.espeak_formant_scale
+            if not 0.0 < low <= high:
+                raise ValueError(f"espeak_formant_scale must be (low, high) with 0 < low <= high, "
+                                 f"got {self.espeak_formant_scale}")
+
     @property
     def is_clean(self) -> bool:
         """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
@@ -108,6 +123,10 @@ PROFILES = {
     # (Hibari is ~6x cheaper to run than Piper)
     "neural_major": SynthProfile(varied_voices=False, conditions=None, pico_share=0.1, neural_share=0.55,
                                  neural_hibari_weight=0.7, espeak_formant_scale=(0.85, 1.15)),
+    # neural with Hibari 80% of the neural share (eSpeak 50%, Pico 15%, Hibari 28%, Piper 7%): at step 1520 it
+    # cut flite dev WER from 82.7 to 75.7 while its synthesis took ~35% less time than neural's
+    "neural_hibari": SynthProfile(varied_voices=False, conditions=None, pico_share=0.15, neural_share=0.35,
+                                  neural_hibari_weight=0.8, espeak_formant_scale=(0.85, 1.15)),
 }
 DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
 

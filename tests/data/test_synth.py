@@ -1,3 +1,4 @@
+import dataclasses
 import hashlib
 import json
 
@@ -5,7 +6,7 @@ import pytest
 
 from asr.data.manifest import read_cuts
 from asr.data import synth
-from asr.data.synth import SynthConfig, build_synth_corpus
+from asr.data.synth import PROFILES, SynthConfig, SynthProfile, build_synth_corpus
 from asr.data.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
 
 SMALL = dict(train_hours=0.004, dev_hours=0.0, test_hours=0.0, long_hours=0.0)
@@ -57,6 +58,24 @@ def test_tiny_corpus_layout(tiny_corpus):
 def test_unknown_split_is_rejected():
     with pytest.raises(ValueError, match="valid"):
         split_voices("validation")
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"pico_share": 0.6, "neural_share": 0.5}, "sum to at most 1"),
+    ({"neural_share": -0.1}, "sum to at most 1"),
+    ({"neural_share": 0.3, "neural_hibari_weight": 1.2}, "neural_hibari_weight"),
+    ({"espeak_formant_scale": (1.1, 0.9)}, "espeak_formant_scale"),
+    ({"espeak_formant_scale": (0.0, 1.1)}, "espeak_formant_scale"),
+])
+def test_a_profile_with_impossible_shares_or_ranges_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        SynthProfile(varied_voices=False, conditions=None, **fields)
+
+
+def test_every_shipped_profile_is_valid_and_only_clean_is_clean():
+    for name, profile in PROFILES.items():
+        assert dataclasses.replace(profile) == profile  # __post_init__ accepts it again
+        assert profile.is_clean == (name == "clean")
 
 
 @pytest.mark.parametrize("module,profile,advice", [
