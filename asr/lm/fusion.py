@@ -1,0 +1,52 @@
+"""Shallow fusion: a language model's score added to a decoder's, token by token.
+
+Every place that ranks hypotheses (the CTC prefix beam, attention rescoring)
+adds, for a hypothesis y of |y| tokens,
+
+    weight * log P_lm(y, </s>) + length_bonus * |y|
+
+where the end-of-sentence term counts only once the hypothesis is complete. The
+length bonus pays back the LM's pull towards short outputs (each token costs a
+log-probability below zero), which would otherwise turn into deletions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from asr.lm.ngram import NgramLM
+
+
+@dataclass(frozen=True)
+class ShallowFusion:
+    """A language model and how much it counts.
+
+    Args:
+        lm: the token n-gram model (its ids are the ASR model's).
+        weight: scale of the LM log-probability (>= 0; 0 turns the LM off).
+        length_bonus: added per token (any finite value).
+    """
+
+    lm: NgramLM
+    weight: float
+    length_bonus: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(f"weight ({self.weight}) must be a finite number >= 0.")
+        if not math.isfinite(self.length_bonus):
+            raise ValueError(f"length_bonus ({self.length_bonus}) must be finite.")
+
+    def token_score(self, history: Sequence[int], token: int) -> float:
+        """What appending ``token`` after ``history`` adds to a hypothesis' score."""
+        return self.weight * self.lm.logprob(history, token) + self.length_bonus
+
+    def end_score(self, tokens: Sequence[int]) -> float:
+        """What ending the sentence after ``tokens`` adds."""
+        return self.weight * self.lm.logprob(tokens, self.lm.eos_id)
+
+    def sentence_score(self, tokens: Sequence[int]) -> float:
+        """The whole contribution for a complete hypothesis: the sum of its token scores and its end score."""
+        return self.weight * self.lm.sentence_logprob(tokens) + self.length_bonus * len(tokens)
