@@ -5,12 +5,13 @@ Usage:
     python scripts/decode.py --checkpoint CKPT --modes ctc_greedy,attention_rescoring --split test
     python scripts/decode.py --checkpoint CKPT --chunk-size 16 --left-chunks -1     # streaming masks
     python scripts/decode.py --checkpoint CKPT --cuts data/synth/cuts_long.jsonl.gz --out-dir results/long
+    python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz   # + the token n-gram LM
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
 seconds) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
-Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>.
+Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm].
 The evaluation itself is asr.decode.evaluate, the one the ablation uses too.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr.decode import MODES  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
+from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
 
 
@@ -46,6 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=10)
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in attention rescoring")
     parser.add_argument("--reverse-weight", type=float, default=0.0, help="right-to-left decoder weight")
+    add_lm_arguments(parser)  # used by ctc_prefix_beam and attention_rescoring; other modes decode without it
     parser.add_argument("--batch-seconds", "--max-duration", dest="batch_seconds", type=float, default=100.0,
                         help="seconds of audio per batch")
     parser.add_argument("--out-dir", help="where JSONL files and summary.json go")
@@ -68,12 +71,15 @@ def default_out_dir(args: argparse.Namespace) -> Path:
     run_dir = Path(args.checkpoint).resolve().parent.parent
     name = Path(args.cuts).name.split(".")[0] if args.cuts else args.split
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
-    return run_dir / "decode" / f"{name}_{ctx}"
+    return run_dir / "decode" / f"{name}_{ctx}{'_lm' if args.lm else ''}"
 
 
 def format_table(summary: dict) -> str:
     ctx = "full context" if summary["chunk_size"] == 0 else (
         f"chunk {summary['chunk_size']}, left {summary['left_chunks']}")
+    lm = summary.get("lm")
+    if lm:
+        ctx += f"; LM {lm['order']}-gram, weight {lm['weight']}, length bonus {lm['length_bonus']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
@@ -93,10 +99,14 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"decode: {args.checkpoint} stores no data.data_dir; pass --data-dir")
     data_dir = Path(data_dir)
     cuts = Path(args.cuts) if args.cuts else data_dir / f"cuts_{args.split}.jsonl.gz"
+    try:
+        fusion = fusion_from_args(args, tokenizer)
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f"decode: {err}")
     result = evaluate_utterances(
         model, tokenizer, load_utterances(cuts, data_dir, args.max_utts), args.modes,
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
-        reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True,
+        reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
     )
     out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
         lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in mode_result.records)
         (out_dir / f"{mode}.jsonl").write_text("".join(lines), encoding="utf-8")
     summary = {"ckpt": str(args.checkpoint), "cuts": str(cuts), "max_utts": args.max_utts, **result.summary()}
+    if fusion is not None:
+        summary["lm"] = {"path": str(args.lm), **summary["lm"]}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary))
     print(f"results: {out_dir}")

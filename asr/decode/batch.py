@@ -11,8 +11,10 @@ from asr.decode.attention_beam import attention_beam_search
 from asr.decode.ctc_greedy import ctc_greedy
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
 from asr.decode.rescoring import attention_rescoring
+from asr.lm.fusion import ShallowFusion
 
 MODES = ("ctc_greedy", "ctc_prefix_beam", "attention", "attention_rescoring")
+FUSED_MODES = ("ctc_prefix_beam", "attention_rescoring")
 
 
 @torch.no_grad()
@@ -26,6 +28,7 @@ def decode_batch(
     left_chunks: int = -1,
     ctc_weight: float = 0.5,
     reverse_weight: float = 0.0,
+    fusion: ShallowFusion | None = None,
 ) -> list[list[int]]:
     """Token ids of every utterance.
 
@@ -36,11 +39,15 @@ def decode_batch(
         beam: width of the CTC prefix beam and of the attention beam.
         chunk_size, left_chunks: encoder attention context (0 = full context).
         ctc_weight, reverse_weight: ``attention_rescoring`` score mixing.
+        fusion: a language model for ``ctc_prefix_beam`` and ``attention_rescoring`` (both passes);
+            the greedy and attention-beam modes do not use one and refuse it.
     Returns:
         B token lists (no blank, <sos> or <eos>).
     """
     if mode not in MODES:
         raise ValueError(f"mode ({mode!r}) must be one of {', '.join(MODES)}.")
+    if fusion is not None and mode not in FUSED_MODES:
+        raise ValueError(f"mode {mode!r} takes no language model; shallow fusion works with {', '.join(FUSED_MODES)}.")
     enc_out, enc_lens = model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)  # (B, T', D)
     lens = enc_lens.tolist()
     if mode == "attention":
@@ -53,9 +60,9 @@ def decode_batch(
         return ctc_greedy(log_probs, enc_lens, model.blank_id)
     hyps = []
     for b, n in enumerate(lens):
-        nbest = ctc_prefix_beam_search(log_probs[b, :n], beam, model.blank_id)
+        nbest = ctc_prefix_beam_search(log_probs[b, :n], beam, model.blank_id, fusion)
         if mode == "ctc_prefix_beam":
             hyps.append(nbest[0][0] if nbest else [])
         else:
-            hyps.append(attention_rescoring(model, enc_out[b : b + 1], n, nbest, ctc_weight, reverse_weight))
+            hyps.append(attention_rescoring(model, enc_out[b : b + 1], n, nbest, ctc_weight, reverse_weight, fusion))
     return hyps

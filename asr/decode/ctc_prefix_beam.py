@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from asr.lm.fusion import ShallowFusion
+
 NEG_INF = float("-inf")
 
 
@@ -37,19 +39,21 @@ class CtcPrefixBeamSearch:
     Args:
         beam: prefixes kept after each frame and tokens tried per frame (>= 1).
         blank_id: CTC blank.
+        fusion: a language model to rank prefixes with (None: CTC alone).
     """
 
-    def __init__(self, beam: int, blank_id: int = 0) -> None:
+    def __init__(self, beam: int, blank_id: int = 0, fusion: ShallowFusion | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
         self.beam = beam
         self.blank_id = blank_id
+        self.fusion = fusion
         self.reset()
 
     def reset(self) -> None:
         """Forget every frame seen: back to the empty prefix with probability 1."""
-        # prefix -> (pb, pnb)
-        self._beams: dict[tuple[int, ...], tuple[float, float]] = {(): (0.0, NEG_INF)}
+        # prefix -> (pb, pnb, fusion score of its tokens; 0 without fusion)
+        self._beams: dict[tuple[int, ...], tuple[float, float, float]] = {(): (0.0, NEG_INF, 0.0)}
         self.num_frames = 0
 
     def advance(self, log_probs: torch.Tensor) -> None:
@@ -70,39 +74,48 @@ class CtcPrefixBeamSearch:
 
     def _step(self, frame_lp: list[float], frame_ids: list[int]) -> None:
         nxt: dict[tuple[int, ...], list[float]] = {}
+        fusion = self.fusion
 
-        def add(prefix: tuple[int, ...], pb: float = NEG_INF, pnb: float = NEG_INF) -> None:
+        def add(prefix: tuple[int, ...], lm: float, pb: float = NEG_INF, pnb: float = NEG_INF) -> None:
             cur = nxt.get(prefix)
             if cur is None:
-                nxt[prefix] = [pb, pnb]
+                nxt[prefix] = [pb, pnb, lm]
             else:
                 cur[0] = _logaddexp(cur[0], pb)
                 cur[1] = _logaddexp(cur[1], pnb)
 
-        for prefix, (pb, pnb) in self._beams.items():
+        for prefix, (pb, pnb, lm) in self._beams.items():
             total = _logaddexp(pb, pnb)
             last = prefix[-1] if prefix else None
             for lp, tok in zip(frame_lp, frame_ids):
                 if tok == self.blank_id:
-                    add(prefix, pb=total + lp)
-                elif tok == last:
+                    add(prefix, lm, pb=total + lp)
+                    continue
+                # the fusion score depends on the prefix alone, so merged paths share it
+                longer_lm = lm + fusion.token_score(prefix, tok) if fusion is not None else 0.0
+                if tok == last:
                     # Repeat without a blank in between merges into the same token ...
-                    add(prefix, pnb=pnb + lp)
+                    add(prefix, lm, pnb=pnb + lp)
                     # ... a blank in between makes it a new token.
-                    add(prefix + (tok,), pnb=pb + lp)
+                    add(prefix + (tok,), longer_lm, pnb=pb + lp)
                 else:
-                    add(prefix + (tok,), pnb=total + lp)
-        scored = [(_logaddexp(pb, pnb), prefix, pb, pnb) for prefix, (pb, pnb) in nxt.items()]
+                    add(prefix + (tok,), longer_lm, pnb=total + lp)
+        scored = [(_logaddexp(pb, pnb), lm, prefix, pb, pnb) for prefix, (pb, pnb, lm) in nxt.items()]
         # Impossible prefixes (a repeat right after a non-blank with pb = -inf) never enter the beam.
         scored = [s for s in scored if s[0] > NEG_INF]
-        scored.sort(key=lambda s: s[0], reverse=True)
-        self._beams = {prefix: (pb, pnb) for _, prefix, pb, pnb in scored[: self.beam]}
+        scored.sort(key=lambda s: s[0] + s[1], reverse=True)
+        self._beams = {prefix: (pb, pnb, lm) for _, lm, prefix, pb, pnb in scored[: self.beam]}
 
     def nbest(self) -> list[tuple[list[int], float]]:
-        """Current prefixes with their log-probabilities, best first."""
-        scored = [(list(p), _logaddexp(pb, pnb)) for p, (pb, pnb) in self._beams.items()]
-        scored.sort(key=lambda x: x[1], reverse=True)
-        return scored
+        """Current prefixes with their CTC log-probabilities, best first (by CTC plus fusion when fused,
+        the end-of-sentence term included)."""
+        ranked = []
+        for prefix, (pb, pnb, lm) in self._beams.items():
+            ctc = _logaddexp(pb, pnb)
+            fused = ctc + lm + self.fusion.end_score(prefix) if self.fusion is not None else ctc
+            ranked.append((fused, list(prefix), ctc))
+        ranked.sort(key=lambda x: x[0], reverse=True)
+        return [(prefix, ctc) for _, prefix, ctc in ranked]
 
     def best(self) -> list[int]:
         """Best prefix so far (the partial hypothesis while streaming)."""
@@ -111,13 +124,13 @@ class CtcPrefixBeamSearch:
 
 
 def ctc_prefix_beam_search(
-    log_probs: torch.Tensor, beam: int, blank_id: int = 0
+    log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: ShallowFusion | None = None
 ) -> list[tuple[list[int], float]]:
     """One-shot CTC prefix beam search over (T', V) log-probabilities.
 
     Returns:
-        up to ``beam`` (tokens, log-probability) pairs, best first.
+        up to ``beam`` (tokens, CTC log-probability) pairs, best first.
     """
-    search = CtcPrefixBeamSearch(beam, blank_id)
+    search = CtcPrefixBeamSearch(beam, blank_id, fusion)
     search.advance(log_probs)
     return search.nbest()

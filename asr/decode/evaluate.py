@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from asr.decode.batch import MODES, decode_batch
+from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.wer import ErrorCounter
 
 
@@ -159,6 +159,7 @@ def evaluate_utterances(
     reverse_weight: float = 0.0,
     batch_seconds: float = 100.0,
     progress: bool = False,
+    fusion=None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -167,6 +168,8 @@ def evaluate_utterances(
         modes: a subset of :data:`asr.decode.MODES`.
         chunk_size, left_chunks, beam, ctc_weight, reverse_weight: as in ``decode_batch``.
         batch_seconds: audio per decoding batch (a longer utterance is decoded alone).
+        fusion: an ``asr.lm.ShallowFusion`` for the modes that take one (``FUSED_MODES``);
+            the other modes decode without it, so a greedy row stays the acoustic baseline.
         progress: show a progress bar over the batches.
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
@@ -192,7 +195,8 @@ def evaluate_utterances(
         for mode in modes:
             start = time.perf_counter()
             ids = decode_batch(model, feats, lens, mode, beam=beam, chunk_size=chunk_size, left_chunks=left_chunks,
-                               ctc_weight=ctc_weight, reverse_weight=reverse_weight)
+                               ctc_weight=ctc_weight, reverse_weight=reverse_weight,
+                               fusion=fusion if mode in FUSED_MODES else None)
             seconds[mode] += time.perf_counter() - start
             for i, hyp in zip(batch, ids):
                 hyps[mode][i] = tokenizer.decode(hyp)
@@ -205,5 +209,7 @@ def evaluate_utterances(
         totals = {**counter.summary(), "decode_seconds": seconds[mode], "rtf": seconds[mode] / audio_s}
         results[mode] = ModeResult(counter.records, totals)
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
-                "reverse_weight": reverse_weight}
+                "reverse_weight": reverse_weight,
+                "lm": None if fusion is None else {"order": fusion.lm.order, "weight": fusion.weight,
+                                                   "length_bonus": fusion.length_bonus}}
     return SplitResult(results, settings, audio_s, Counter(eval_set.skipped))

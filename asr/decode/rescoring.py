@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import torch
 
+from asr.lm.fusion import ShallowFusion
+
 
 @torch.no_grad()
 def rescoring_scores(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float,
+    reverse_weight: float, fusion: ShallowFusion | None = None,
 ) -> torch.Tensor:
     """Combined score of each n-best entry.
 
     ``attention(y) + ctc_weight * ctc(y)`` where attention(y) mixes the
     left-to-right and right-to-left decoder log-likelihoods (eos included)
-    by ``reverse_weight`` (see ``AsrModel.score_hypotheses``).
+    by ``reverse_weight`` (see ``AsrModel.score_hypotheses``); with ``fusion``,
+    plus its sentence score (LM weight * log P_lm(y, </s>) + length bonus * |y|).
 
     Args:
         enc_out: (1, T', D); enc_len: int or (1,) tensor.
@@ -28,12 +31,16 @@ def rescoring_scores(
     hyps = [h for h, _ in nbest]
     att = model.score_hypotheses(enc_out, enc_len, hyps, reverse_weight=reverse_weight).double()  # (N,)
     ctc = torch.tensor([s for _, s in nbest], dtype=torch.float64, device=att.device)  # (N,)
-    return att + ctc_weight * ctc
+    scores = att + ctc_weight * ctc
+    if fusion is not None:
+        scores = scores + torch.tensor([fusion.sentence_score(h) for h in hyps], dtype=torch.float64,
+                                       device=att.device)  # (N,)
+    return scores
 
 
 def attention_rescoring(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float,
+    reverse_weight: float, fusion: ShallowFusion | None = None,
 ) -> list[int]:
     """The n-best entry with the best combined score.
 
@@ -43,5 +50,5 @@ def attention_rescoring(
         return []
     if int(enc_len) == 0:
         return list(nbest[0][0])
-    scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight)
+    scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight, fusion)
     return list(nbest[int(scores.argmax())][0])

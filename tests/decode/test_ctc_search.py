@@ -79,11 +79,10 @@ def test_pruned_best_is_the_true_best_on_a_peaked_input():
     assert oracle[true_best] - 1.0 < score <= oracle[true_best] + 1e-12
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_incremental_chunks_equal_one_shot(seed):
-    lp = random_log_probs(37, 7, seed, peak=2.0)
-    one_shot = ctc_prefix_beam_search(lp, beam=4)
-    search = CtcPrefixBeamSearch(beam=4)
+def check_incremental_equals_one_shot(lp, seed, beam=4, fusion=None):
+    """Feeding ``lp`` in random pieces gives the one-shot search's partials and n-best (also used with an LM)."""
+    one_shot = ctc_prefix_beam_search(lp, beam, 0, fusion)
+    search = CtcPrefixBeamSearch(beam, 0, fusion)
     g = torch.Generator().manual_seed(seed)
     start = 0
     while start < lp.shape[0]:
@@ -91,12 +90,18 @@ def test_incremental_chunks_equal_one_shot(seed):
         search.advance(lp[start : start + n])
         start += n
         if n:
-            partial = ctc_prefix_beam_search(lp[:start], beam=4)
+            partial = ctc_prefix_beam_search(lp[:start], beam, 0, fusion)
             assert search.best() == partial[0][0]
     assert search.nbest() == one_shot
-    assert search.num_frames == 37
+    assert search.num_frames == lp.shape[0]
     search.reset()
     assert search.best() == [] and search.nbest() == [([], 0.0)]
+    return one_shot
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_incremental_chunks_equal_one_shot(seed):
+    check_incremental_equals_one_shot(random_log_probs(37, 7, seed, peak=2.0), seed)
 
 
 def test_blank_id_other_than_zero():

@@ -122,3 +122,55 @@ def test_quickstart_decodes_through_decode_script_and_reuses_its_summary(trained
     assert summary["ckpt"] == str(ckpt) and summary["modes"]["ctc_greedy"]["utterances"] == 4
     assert quickstart.decode(ckpt, out, "ctc_greedy", 0, 1) == summary
     assert "found in" in capsys.readouterr().out  # the second call read the summary back
+
+
+def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
+    from asr.data.tokenizer import load_tokenizer
+    from asr.lm import lm_path, save_arpa, token_names, train_token_lm
+
+    corpus, ckpt = trained
+    tok = load_tokenizer(corpus / "tokenizer")
+    lm = lm_path(corpus, 3)
+    save_arpa(train_token_lm(["alpha bravo", "charlie delta echo", "fox alpha"], tok, 3), lm, token_names(tok))
+    plain_out = tmp_path / "plain"
+    decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy,attention_rescoring", "--beam", "3",
+           "--out-dir", str(plain_out))
+    stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy,attention_rescoring", "--beam", "3",
+                    "--lm", str(lm), "--lm-weight", "0.9", "--length-bonus", "2")
+    out = ckpt.parent.parent / "decode" / "test_full_lm"  # the default out-dir says "with an LM"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lm"] == {"path": str(lm), "order": 3, "weight": 0.9, "length_bonus": 2.0}
+    assert "LM 3-gram, weight 0.9, length bonus 2.0" in stdout
+    # greedy takes no LM: its row stays the acoustic baseline, utterance by utterance
+    assert (out / "ctc_greedy.jsonl").read_text().count("\n") == 4
+    strip = [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in open(out / "ctc_greedy.jsonl")]
+    plain = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+             for line in open(plain_out / "ctc_greedy.jsonl")]
+    assert strip == plain
+    assert summary["modes"]["attention_rescoring"]["utterances"] == 4
+
+
+@pytest.mark.parametrize("problem", ["missing", "other_tokenizer", "bad_weight"])
+def test_bad_lm_is_a_clear_error(trained, tmp_path, capsys, problem):
+    corpus, ckpt = trained
+    args = ["--checkpoint", str(ckpt), "--modes", "attention_rescoring", "--out-dir", str(tmp_path / "o")]
+    if problem == "missing":
+        args += ["--lm", str(tmp_path / "none.arpa.gz")]
+        expected = "language model not found"
+    elif problem == "other_tokenizer":
+        path = tmp_path / "other.arpa"
+        path.write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0\t</s>\n-1.0\tzebra\n\n\\end\\\n")
+        args += ["--lm", str(path)]
+        expected = "token 'zebra' is not in the tokenizer"
+    else:
+        from asr.data.tokenizer import load_tokenizer
+        from asr.lm import save_arpa, token_names, train_token_lm
+
+        tok = load_tokenizer(corpus / "tokenizer")
+        path = save_arpa(train_token_lm(["alpha bravo"], tok, 2), tmp_path / "good.arpa", token_names(tok))
+        args += ["--lm", str(path), "--lm-weight", "-1"]
+        expected = "weight (-1.0) must be a finite number >= 0"
+    with pytest.raises(SystemExit) as exc:
+        decode_script.main(args)
+    assert expected in str(exc.value.code)
+    assert not (tmp_path / "o").exists()  # refused before decoding anything
