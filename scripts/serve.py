@@ -11,6 +11,7 @@ Usage:
     python scripts/serve.py --checkpoint last.ckpt --port 10086 --max-connections 32 --chunk-size 16
     python scripts/serve.py --checkpoint last.ckpt --host 0.0.0.0   # reachable from other machines
     python scripts/serve.py --checkpoint last.ckpt --backend onnx --onnx-model export/encoder_step.onnx
+    python scripts/serve.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz   # + the token LM
 
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
@@ -32,6 +33,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -49,6 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory (default 4)")
     parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
+    add_lm_arguments(parser)
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
@@ -87,7 +91,7 @@ def build_server(args: argparse.Namespace):
     recognizer = Recognizer(
         model, tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
         ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
-        chunk_encoder=chunk_encoder,
+        chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(args))
     except KeyboardInterrupt:
         pass
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError) as err:  # FileNotFoundError (a missing --lm) is an OSError
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     return 0

@@ -8,6 +8,7 @@ decoder), the real-time factor and the compute latency per piece.
 Usage:
     python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
+    python scripts/stream.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz a.wav   # + token LM
 
 Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
@@ -31,6 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from asr.data.features import SAMPLE_RATE  # noqa: E402
+from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 
 
 def load_checkpoint(path: str):
@@ -55,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reverse-weight", type=float, default=0.0,
                         help="right-to-left decoder weight in rescoring; needs a U2++ model (default 0)")
     parser.add_argument("--device", default="cpu", help="torch device for the model (default cpu)")
+    add_lm_arguments(parser)
     args = parser.parse_args(argv)
     if args.chunk_ms <= 0:
         parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
@@ -129,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             model, tokenizer, args.chunk_size, args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
             reverse_weight=args.reverse_weight,
             extractor=FbankExtractor(num_mel_bins=model.encoder.cmvn_mean.numel()),
+            fusion=fusion_from_args(args, tokenizer),
         )
-    except ValueError as err:
+    except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     piece_samples = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))

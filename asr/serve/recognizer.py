@@ -36,6 +36,7 @@ import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import rescoring_scores
+from asr.lm.fusion import ShallowFusion
 from asr.model.positions import TooLongForTable
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
@@ -100,7 +101,7 @@ class Stream:
         self._fbank = IncrementalFbank(recognizer.extractor)
         self._feats: torch.Tensor | None = None  # (T, F) raw fbank frames from the next chunk's start
         self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
-        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id)
+        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, recognizer.fusion)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._utt = _Utterance(start_frame=0)
         self._segment = 0
@@ -244,6 +245,7 @@ class Recognizer:
         left_chunks: chunks of attention memory (-1: all; unbounded memory on long streams).
         beam: CTC prefix beam width and n-best size for rescoring.
         ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
+        fusion: a token LM (``asr.lm.ShallowFusion``) for every stream's CTC beam and final rescoring.
         endpoint: endpoint rules (on by default).
         extractor: feature extractor (default ``asr.data.features.FbankExtractor()``).
         max_batch: most streams in one batched step.
@@ -264,6 +266,7 @@ class Recognizer:
         extractor=None,
         max_batch: int = 64,
         chunk_encoder=None,
+        fusion: ShallowFusion | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -282,6 +285,7 @@ class Recognizer:
         self.beam = beam
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
+        self.fusion = fusion
         self.endpoint = endpoint if endpoint is not None else EndpointConfig()
         self.extractor = extractor
         self.max_batch = max_batch
@@ -396,7 +400,7 @@ class Recognizer:
         if self.model.decoder is not None:
             enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
             scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight,
-                                      self.reverse_weight)
+                                      self.reverse_weight, self.fusion)
             order = scores.argsort(descending=True).tolist()
             nbest = [nbest[i] for i in order]
         log_probs = torch.cat(utt.log_probs)  # (T', V)

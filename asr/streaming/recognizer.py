@@ -19,6 +19,7 @@ import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import attention_rescoring
+from asr.lm.fusion import ShallowFusion
 
 
 class IncrementalFbank:
@@ -77,6 +78,7 @@ class StreamingRecognizer:
         left_chunks: chunks of attention memory, -1 for all.
         beam: CTC prefix beam width (also the n-best size for rescoring).
         ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
+        fusion: a token LM (``asr.lm.ShallowFusion``) for the CTC beam and the rescoring (None: none).
         extractor: the feature extractor used in training (``num_frames``, ``min_samples``,
             ``shift_samples``, callable); default ``asr.data.features.FbankExtractor()``.
             Audio must be at its ``sample_rate``.
@@ -92,6 +94,7 @@ class StreamingRecognizer:
         ctc_weight: float = 0.5,
         reverse_weight: float = 0.0,
         extractor=None,
+        fusion: ShallowFusion | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -108,8 +111,9 @@ class StreamingRecognizer:
         self.left_chunks = left_chunks
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
+        self.fusion = fusion
         self.fbank = IncrementalFbank(extractor)
-        self.search = CtcPrefixBeamSearch(beam, model.blank_id)
+        self.search = CtcPrefixBeamSearch(beam, model.blank_id, fusion)
         self.reset()
 
     def reset(self) -> None:
@@ -179,7 +183,7 @@ class StreamingRecognizer:
                 self.final_tokens = nbest[0][0] if nbest else []
             else:
                 self.final_tokens = attention_rescoring(
-                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight
+                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight, self.fusion
                 )
             self.timings.append(ChunkTiming(0, 0, enc_frames, time.perf_counter() - start))
         return self.tokenizer.decode(self.final_tokens)

@@ -132,3 +132,31 @@ def test_bad_input_raises(model):
     rec = StreamingRecognizer(model, Tokens(), 2, 1, extractor=KaldiFbank())
     with pytest.raises(ValueError, match=r"1-D"):
         rec.accept_waveform(torch.zeros(2, 100))
+
+
+def test_fusion_reaches_the_beam_and_the_rescoring(model):
+    """With a token LM the recognizer's final text is the building blocks' with the same fusion."""
+    from asr.lm import ShallowFusion
+    from asr.lm.ngram import train_kneser_ney
+
+    # an LM over the model's ids 1..7 (blank 0 never predicted, <sos/eos> 8 ends sentences) that likes 1 2 3
+    lm = train_kneser_ney([[1, 2, 3]] * 10 + [[4, 5], [6, 7, 1]], 3, range(1, SOS), SOS)
+    wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(5))
+
+    def stream(fusion):
+        rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
+                                  extractor=KaldiFbank(), fusion=fusion)
+        for start in range(0, 12000, 1600):
+            rec.accept_waveform(wave[start : start + 1600])
+        return rec, rec.finalize()
+
+    plain_rec, plain = stream(None)
+    assert stream(ShallowFusion(lm, 0.0, 0.0))[1] == plain  # weight 0: nothing changes
+    strong = ShallowFusion(lm, 3.0, 1.0)
+    rec, text = stream(strong)
+    enc = rec.encoder_output()
+    with torch.no_grad():
+        nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc)[0], 4, 0, strong)
+        expected = attention_rescoring(model, enc, enc.size(1), nbest, 0.5, 0.3, strong)
+    assert text == Tokens().decode(expected)
+    assert text != plain  # the LM did change the result, so the comparison above meant something
