@@ -1,8 +1,10 @@
-"""Prepare a corpus for training: manifests, tokenizer, CMVN.
+"""Prepare a corpus for training: manifests, tokenizer, token LM, CMVN.
 
 Default: synthesize the embedded eSpeak NG corpus into data/synth/ (splits that
 already exist are kept unless --force), train a sentencepiece BPE tokenizer
-(vocab 256) into data/synth/tokenizer/, compute global CMVN into data/synth/cmvn.json.
+(vocab 256) into data/synth/tokenizer/, a Kneser-Ney token 4-gram of the train
+transcripts into data/synth/lm/4gram.arpa.gz (for decoding with --lm; the train
+split's text only), compute global CMVN into data/synth/cmvn.json.
 
 Why BPE by default: on a small, template-made corpus a 256-piece unigram model
 spends its pieces on long frequent words ("▁dishwasher", "▁copenhagen") and
@@ -43,6 +45,7 @@ from asr.data.shar import shard_paths, write_shar
 from asr.data.synth import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 from asr.data.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
+from asr.lm import DEFAULT_LM_ORDER, lm_path, save_arpa, token_names, train_token_lm
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
+    p.add_argument("--lm-order", type=int, default=DEFAULT_LM_ORDER,
+                   help="order of the token n-gram LM built from the train transcripts (0: none)")
     p.add_argument("--shar-dir", default=None,
                    help="also write the train split as Lhotse Shar shards (cuts + flac audio) into this empty "
                         "folder; train from them with data.shar_dir=DIR")
@@ -91,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="CMVN from N train cuts spread evenly over the manifest (default 8000, ~1.9M "
                         "frames of synth: the 80 means and variances are settled long before; 0 = all)")
     args = p.parse_args(argv)
+    if args.lm_order < 0:
+        p.error(f"--lm-order ({args.lm_order}) must be >= 0 (0: no LM)")
     if args.xengine and args.corpus != "synth":
         p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
                 f"for --corpus {args.corpus}")
@@ -170,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     tok = load_tokenizer(tok_dir)
     print(f"tokenizer: {type(tok).__name__} vocab_size={tok.vocab_size} blank={tok.blank_id} unk={tok.unk_id} "
           f"sos/eos={tok.sos_eos_id} -> {tok_dir}")
+    if args.lm_order:
+        lm = train_token_lm((cut_text(c) for c in read_cuts(train_path, out, lazy=True)), tok, args.lm_order)
+        path = save_arpa(lm, lm_path(out, args.lm_order), token_names(tok))
+        print(f"lm: {args.lm_order}-gram over tokens, {sum(lm.num_ngrams())} n-grams -> {path}")
 
     stats = compute_cmvn(train, max_cuts=args.cmvn_max_utts or None, num_workers=args.workers,
                          total=manifest_stats(train_path).cuts)

@@ -7,9 +7,10 @@ Usage (from the repository root):
     python scripts/quickstart.py --help
 
 Steps (each one reuses what earlier runs left):
- 1. build the synthetic corpus, tokenizer and CMVN in data/synth (scripts/prepare_data.py)
-    unless they exist; with flite installed also the xengine split (the test sentences
-    read by flite's awb and rms voices: another engine, evaluation only);
+ 1. build the synthetic corpus, tokenizer, token LM and CMVN in data/synth
+    (scripts/prepare_data.py) unless they exist; with flite installed also the xengine
+    split (the test sentences read by flite's awb and rms voices: another engine,
+    evaluation only);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~28 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished;
@@ -17,7 +18,9 @@ Steps (each one reuses what earlier runs left):
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
     (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance),
-    and the xengine split full-context into decode/xengine_full when it exists;
+    and the xengine split full-context into decode/xengine_full when it exists; then
+    attention rescoring again with the token LM fused (decode/<split>_<context>_lm): the
+    rows without it say what the acoustic model hears, the "+ LM" rows what a user gets;
  5. stream one test utterance chunk by chunk (scripts/stream.py);
  6. print a summary table: WER per mode (read from those summary.json files), where
     checkpoints, logs and results are, time.
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.data.synth import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
 from asr.data.xengine import XENGINE_FILE  # noqa: E402
+from asr.lm import lm_path  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -53,7 +57,7 @@ def run(cmd: list[str], what: str) -> None:
 # type and size, so a corpus prepared with an older default (unigram256) is detected
 # and prepared again: the synthesized splits are kept, tokenizer and CMVN are redone.
 CORPUS_FILES = ("cuts_train.jsonl.gz", "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json",
-                "tokenizer/bpe256.model")
+                "tokenizer/bpe256.model", str(lm_path(".").relative_to(".")))
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
@@ -75,14 +79,17 @@ def first_test_audio(data_dir: Path) -> str | None:
     return None
 
 
-def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test") -> dict:
+def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test",
+           lm: Path | None = None) -> dict:
     done = out_dir / "summary.json"
     if done.is_file() and json.loads(done.read_text())["ckpt"] == str(ckpt):
         print(f"decode results of {ckpt.name} found in {out_dir}")
         return json.loads(done.read_text())
     cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
-    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'})")
+    if lm is not None:
+        cmd += ["--lm", str(lm)]
+    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'}{' + LM' if lm else ''})")
     return json.loads((out_dir / "summary.json").read_text())
 
 
@@ -134,25 +141,30 @@ def main(argv: list[str] | None = None) -> None:
         ckpt = avg
 
     results = run_dir / "decode"
-    full = decode(ckpt, results / "test_full", "attention_rescoring,ctc_greedy", 0, args.threads)
-    stream = decode(ckpt, results / "test_chunk16", "attention_rescoring,ctc_greedy", 16, args.threads)
+    lm = lm_path(data_dir)
+    # (row label, summary); the LM rows decode attention rescoring only: greedy takes no LM
+    decoded = [("full context", decode(ckpt, results / "test_full", "attention_rescoring,ctc_greedy", 0,
+                                       args.threads)),
+               ("full + LM", decode(ckpt, results / "test_full_lm", "attention_rescoring", 0, args.threads,
+                                    lm=lm)),
+               ("chunk 16", decode(ckpt, results / "test_chunk16", "attention_rescoring,ctc_greedy", 16,
+                                   args.threads)),
+               ("chunk 16 + LM", decode(ckpt, results / "test_chunk16_lm", "attention_rescoring", 16,
+                                        args.threads, lm=lm))]
     # Another engine (flite) reading the test sentences: does the model hear speech or eSpeak?
-    xengine = None
-    if (data_dir / XENGINE_FILE).is_file():
-        xengine = decode(ckpt, results / "xengine_full", "attention_rescoring,ctc_greedy", 0, args.threads,
-                         split="xengine")
+    has_xengine = (data_dir / XENGINE_FILE).is_file()
+    if has_xengine:
+        decoded += [("xengine full", decode(ckpt, results / "xengine_full", "attention_rescoring,ctc_greedy", 0,
+                                            args.threads, split="xengine")),
+                    ("xengine + LM", decode(ckpt, results / "xengine_full_lm", "attention_rescoring", 0,
+                                            args.threads, split="xengine", lm=lm))]
 
     audio = first_test_audio(data_dir)
     if audio:
         run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", audio],
             "stream one test file")
 
-    rows = [("full context", m, r) for m, r in full["modes"].items()]
-    rows += [("chunk 16", m, r) for m, r in stream["modes"].items()]
-    decoded = [("full", full), ("chunk 16", stream)]
-    if xengine is not None:
-        rows += [("xengine full", m, r) for m, r in xengine["modes"].items()]
-        decoded.append(("xengine", xengine))
+    rows = [(ctx, m, r) for ctx, summary in decoded for m, r in summary["modes"].items()]
     skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
     print("\n" + "=" * 72)
     print(f"{'context':<14}{'mode':<22}{'WER %':>8}{'CER %':>8}{'RTF':>8}")
@@ -162,9 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     print("-" * 72)
     print(f"checkpoint  : {ckpt}")
     print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
-    print(f"results     : {', '.join(str(results / d / 'summary.json') for d in ('test_full', 'test_chunk16'))}"
-          + (f", {results / 'xengine_full' / 'summary.json'}" if xengine is not None else ""))
-    if xengine is None:
+    print(f"results     : {results}/<split>_<context>[_lm]/summary.json")
+    print(f"LM          : {lm} (token n-gram of the train transcripts; python scripts/decode.py --lm)")
+    if not has_xengine:
         print(f"xengine     : not decoded (no {XENGINE_FILE}: apt-get install -y flite, then "
               f"python scripts/prepare_data.py --data-dir {args.data_dir} --xengine)")
     if skipped:

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from asr.data.tokenizer import load_tokenizer
+from asr.lm import DEFAULT_LM_ORDER, lm_path, load_token_lm
 from conftest import write_tone
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prepare_data.py"
@@ -34,7 +35,13 @@ def test_prepare_wenet_corpus(tmp_path, capsys):
     assert tok.decode(tok.encode("hello train 2")) == "hello train 2"
     cmvn = json.loads((out / "cmvn.json").read_text())
     assert len(cmvn["mean"]) == len(cmvn["istd"]) == 80 and cmvn["frames"] == 58 + 68 + 78
-    assert "tokenizer: CharTokenizer" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "tokenizer: CharTokenizer" in printed
+    # the token LM of the train transcripts loads with the same tokenizer and knows their sentences
+    assert f"lm: {DEFAULT_LM_ORDER}-gram" in printed
+    lm = load_token_lm(lm_path(out), tok)
+    seen, reversed_ = tok.encode("hello train 1"), tok.encode("1 niart olleh")
+    assert lm.sentence_logprob(seen) > lm.sentence_logprob(reversed_) + 5.0
 
 
 def test_xengine_is_refused_for_an_imported_corpus(capsys):
