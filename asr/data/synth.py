@@ -128,7 +128,10 @@ PROFILES = {
     # against neural's 81.1 for test 21.5 against 18.0, and 8.3 min of synthesis against 13.8
     "neural_hibari": dataclasses.replace(NEURAL_PROFILE, neural_hibari_weight=0.8),
 }
-DEFAULT_PROFILE = "clean"  # what scripts/prepare_data.py builds (and the quickstart expects) unless told
+# What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
+# with the token LM its model reads the unseen eSpeak voices at 5.8% WER and flite at 54% (clean: ~100%),
+# for 8 more minutes of synthesis (README, issue 15). SynthConfig itself keeps "clean", the cheap one.
+DEFAULT_PROFILE = "neural_hibari"
 
 
 @dataclass(frozen=True)
