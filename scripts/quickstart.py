@@ -13,7 +13,8 @@ Steps (each one reuses what earlier runs left):
     evaluation only);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~28 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
-    skipped when that run finished;
+    skipped when that run finished; a run of another corpus (its quickstart_corpus.json
+    differs) is left alone and a new timestamped run folder is trained beside it;
  3. average the best checkpoints (scripts/average_checkpoints.py);
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import subprocess
 import sys
@@ -63,6 +65,42 @@ CORPUS_FILES = ("cuts_train.jsonl.gz", "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz"
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
     """All files there, and the train split built with ``profile`` (else prepare_data rebuilds it)."""
     return all((data_dir / name).exists() for name in CORPUS_FILES) and corpus_profile(data_dir) == profile
+
+
+# Written into the run folder when training starts: what the run learns from. A finished or
+# interrupted run of another corpus (another profile, a rebuilt train split or tokenizer) is
+# never reused or resumed; the quickstart trains a new run beside it instead.
+CORPUS_STAMP = "quickstart_corpus.json"
+
+
+def corpus_fingerprint(data_dir: Path) -> dict:
+    """The corpus profile and a digest of the train manifest and tokenizer (a few MB to read)."""
+    digest = hashlib.sha256()
+    for name in ("cuts_train.jsonl.gz", "tokenizer/bpe256.model"):
+        digest.update((data_dir / name).read_bytes())
+    return {"data_dir": str(data_dir), "profile": corpus_profile(data_dir), "sha256": digest.hexdigest()}
+
+
+def timestamped(run_dir: Path) -> Path:
+    return Path(f"{run_dir}_{time.strftime('%Y%m%d_%H%M%S')}")
+
+
+def choose_run_dir(run_dir: Path, fingerprint: dict) -> Path:
+    """``run_dir``, unless it holds a run of another corpus: then a new timestamped folder beside it."""
+    stamp = run_dir / CORPUS_STAMP
+    if stamp.is_file():
+        trained_on = json.loads(stamp.read_text())
+        if trained_on != fingerprint:
+            new = timestamped(run_dir)
+            print(f"{run_dir} holds a run of another corpus (profile {trained_on.get('profile')!r} in "
+                  f"{trained_on.get('data_dir')}; now {fingerprint['profile']!r} in {fingerprint['data_dir']}): "
+                  f"training a new run in {new}")
+            return new
+    elif (run_dir / "checkpoints").is_dir():
+        print(f"warning: {run_dir} was trained before the quickstart recorded its corpus; if "
+              f"{fingerprint['data_dir']} changed since (e.g. the default profile, now {fingerprint['profile']!r}), "
+              f"use --retrain")
+    return run_dir
 
 
 def first_test_audio(data_dir: Path) -> str | None:
@@ -111,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = ROOT / args.data_dir
     run_dir = Path(args.run_dir)
     if args.retrain:
-        run_dir = Path(f"{args.run_dir}_{time.strftime('%Y%m%d_%H%M%S')}")
+        run_dir = timestamped(run_dir)
     run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
 
     if corpus_ready(data_dir, args.profile):
@@ -121,12 +159,16 @@ def main(argv: list[str] | None = None) -> None:
         run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine", "--profile", args.profile],
             "prepare synth corpus")
 
+    fingerprint = corpus_fingerprint(data_dir)
+    run_dir = choose_run_dir(run_dir, fingerprint)
     summary_file = run_dir / "train_summary.json"
     if summary_file.is_file():
         print(f"training already finished in {run_dir} (use --retrain to train again)")
     else:
         minutes = int(args.train_minutes)
         seconds = int(round((args.train_minutes - minutes) * 60))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CORPUS_STAMP).write_text(json.dumps(fingerprint, indent=2))
         max_time = f"00:{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}"
         run([PY, "scripts/train.py", "experiment=quickstart", f"hydra.run.dir={run_dir}",
              f"data.data_dir={args.data_dir}", f"trainer.max_time='{max_time}'", "resume=true",

@@ -33,3 +33,38 @@ def test_corpus_ready_needs_every_file_and_the_default_profile(tmp_path):
     (tmp_path / "manifest_summary.json").write_text(json.dumps({"profile": DEFAULT_PROFILE}))
     (tmp_path / "cmvn.json").unlink()
     assert not quickstart.corpus_ready(tmp_path)
+
+
+def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
+    quickstart = _quickstart()
+    corpus = tmp_path / "synth"
+    (corpus / "tokenizer").mkdir(parents=True)
+    (corpus / "cuts_train.jsonl.gz").write_bytes(b"train v1")
+    (corpus / "tokenizer" / "bpe256.model").write_bytes(b"tok v1")
+    (corpus / "manifest_summary.json").write_text(json.dumps({"profile": "neural_hibari"}))
+    first = quickstart.corpus_fingerprint(corpus)
+    assert first["profile"] == "neural_hibari" and first["data_dir"] == str(corpus)
+
+    run = tmp_path / "exp" / "quickstart_rel_xl"
+    assert quickstart.choose_run_dir(run, first) == run  # nothing there yet
+    run.mkdir(parents=True)
+    (run / quickstart.CORPUS_STAMP).write_text(json.dumps(first))
+    assert quickstart.choose_run_dir(run, first) == run  # the same corpus: reuse or resume
+    assert quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus)) == run
+
+    for change in ("train", "tokenizer", "profile"):
+        if change == "train":
+            (corpus / "cuts_train.jsonl.gz").write_bytes(b"train v2")
+        elif change == "tokenizer":
+            (corpus / "tokenizer" / "bpe256.model").write_bytes(b"tok v2")
+        else:
+            (corpus / "manifest_summary.json").write_text(json.dumps({"profile": "clean"}))
+        other = quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus))
+        assert other != run and other.name.startswith("quickstart_rel_xl_") and other.parent == run.parent, change
+        assert "holds a run of another corpus" in capsys.readouterr().out
+
+    # a run from before the stamp existed: kept, with a warning that says how to start over
+    old = tmp_path / "exp" / "old"
+    (old / "checkpoints").mkdir(parents=True)
+    assert quickstart.choose_run_dir(old, first) == old
+    assert "use --retrain" in capsys.readouterr().out
