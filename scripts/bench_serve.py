@@ -14,6 +14,7 @@ Usage:
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 1,8,16,32
     python scripts/bench_serve.py --checkpoint CKPT --clients 4 a.wav b.wav
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend onnx --onnx-model STEP.onnx
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --lm data/synth/lm/4gram.arpa.gz
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stagger-s", type=float, default=0.0,
                         help="start each client at a seeded random offset in [0, S) s (default 0: all at once)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
+    from asr.lm import add_lm_arguments
+
+    add_lm_arguments(parser)  # passed on to the server; the offline reference fuses the same LM
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.clients.split(",")]
     if not counts or min(counts) < 1:
@@ -82,11 +86,14 @@ def load_waves(args) -> list:
 
 
 def offline_texts(args, waves, model, tokenizer) -> list[str]:
+    from asr.lm import fusion_from_args
     from asr.streaming.recognizer import StreamingRecognizer
 
+    fusion = fusion_from_args(args, tokenizer)
     texts = []
     for wave in waves:
-        rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam)
+        rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
+                                  fusion=fusion)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts
@@ -164,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
          "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
          "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
-         "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else [])],
+         "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
+         *(["--lm", args.lm, "--lm-weight", str(args.lm_weight), "--length-bonus", str(args.length_bonus)]
+           if args.lm else [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

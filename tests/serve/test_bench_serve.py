@@ -37,3 +37,32 @@ def test_bench_serve_onnx_backend_needs_its_model(tmp_path, capsys):
     with pytest.raises(SystemExit):
         load_bench().parse_args(["--checkpoint", "x.ckpt", "--backend", "onnx", "a.wav"])
     assert "--backend onnx and --onnx-model go together" in capsys.readouterr().err
+
+
+def test_bench_serve_passes_the_lm_to_the_server(tmp_path, capsys):
+    from asr.lm import ShallowFusion, save_arpa, token_names, train_token_lm
+    from asr.streaming.recognizer import StreamingRecognizer
+    from asr.train.checkpoint import load_model
+
+    ckpt = save_checkpoint(tmp_path)
+    model, tokenizer, _ = load_model(str(ckpt))
+    lm = train_token_lm(["abc de fgh", "fgh abc", "de de abc"], tokenizer, 3)
+    lm_file = save_arpa(lm, tmp_path / "lm.arpa.gz", token_names(tokenizer))
+    wave = noise(1.2, 5, SAMPLE_RATE)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, (wave.numpy() * 32767).astype(np.int16), SAMPLE_RATE)
+
+    def offline(fusion):
+        rec = StreamingRecognizer(model.eval(), tokenizer, 4, 2, beam=2, fusion=fusion)
+        rec.accept_waveform(wave)
+        return rec.finalize()
+
+    # this LM changes the final text, so a server without it would not match the fused reference
+    assert offline(ShallowFusion(lm, 3.0, 1.0)) != offline(None)
+    rc = load_bench().main(["--checkpoint", str(ckpt), "--clients", "1", "--chunk-size", "4", "--left-chunks", "2",
+                            "--beam", "2", "--max-seconds", "60", "--lm", str(lm_file), "--lm-weight", "3",
+                            "--length-bonus", "1", str(wav)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r.split("|")[5].strip() for r in rows] == ["1/1"]
