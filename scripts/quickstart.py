@@ -22,7 +22,7 @@ Steps (each one reuses what earlier runs left):
     and the xengine split full-context into decode/xengine_full when it exists; then
     attention rescoring again with the token LM fused (decode/<split>_<context>_lm): the
     rows without it say what the acoustic model hears, the "+ LM" rows what a user gets;
- 5. stream one test utterance chunk by chunk (scripts/stream.py);
+ 5. stream one test utterance chunk by chunk with the LM (scripts/stream.py --lm);
  6. print a summary table: WER per mode (read from those summary.json files), where
     checkpoints, logs and results are, time.
 """
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
 
     if corpus_ready(data_dir, args.profile):
-        print(f"corpus ({args.profile}), tokenizer and CMVN found in {data_dir}")
+        print(f"corpus ({args.profile}), tokenizer, LM and CMVN found in {data_dir}")
     else:
         # --xengine: the test sentences read by flite too, when flite is installed (else a skip message)
         run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine", "--profile", args.profile],
@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> None:
 
     audio = first_test_audio(data_dir)
     if audio:
-        run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", audio],
-            "stream one test file")
+        run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", "--lm", str(lm), audio],
+            "stream one test file (with the LM)")
 
     rows = [(ctx, m, r) for ctx, summary in decoded for m, r in summary["modes"].items()]
     skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
