@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tokenizer: {type(tok).__name__} vocab_size={tok.vocab_size} blank={tok.blank_id} unk={tok.unk_id} "
           f"sos/eos={tok.sos_eos_id} -> {tok_dir}")
     if args.lm_order:
+        # ~5 s for the embedded corpus; memory and time grow with the distinct n-grams of the train text
+        print(f"lm: counting {args.lm_order}-grams of the train transcripts ...", flush=True)
         lm = train_token_lm((cut_text(c) for c in read_cuts(train_path, out, lazy=True)), tok, args.lm_order)
         path = save_arpa(lm, lm_path(out, args.lm_order), token_names(tok))
         print(f"lm: {args.lm_order}-gram over tokens, {sum(lm.num_ngrams())} n-grams -> {path}")

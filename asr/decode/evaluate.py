@@ -23,6 +23,7 @@ import torch
 
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.wer import ErrorCounter
+from asr.lm.fusion import ShallowFusion
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def evaluate_utterances(
     reverse_weight: float = 0.0,
     batch_seconds: float = 100.0,
     progress: bool = False,
-    fusion=None,
+    fusion: ShallowFusion | None = None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -168,7 +169,7 @@ def evaluate_utterances(
         modes: a subset of :data:`asr.decode.MODES`.
         chunk_size, left_chunks, beam, ctc_weight, reverse_weight: as in ``decode_batch``.
         batch_seconds: audio per decoding batch (a longer utterance is decoded alone).
-        fusion: an ``asr.lm.ShallowFusion`` for the modes that take one (``FUSED_MODES``);
+        fusion: a token LM for the modes that take one (``FUSED_MODES``);
             the other modes decode without it, so a greedy row stays the acoustic baseline.
         progress: show a progress bar over the batches.
 
