@@ -106,20 +106,27 @@ class CtcPrefixBeamSearch:
         scored.sort(key=lambda s: s[0] + s[1], reverse=True)
         self._beams = {prefix: (pb, pnb, lm) for _, lm, prefix, pb, pnb in scored[: self.beam]}
 
-    def nbest(self) -> list[tuple[list[int], float]]:
-        """Current prefixes with their CTC log-probabilities, best first (by CTC plus fusion when fused,
-        the end-of-sentence term included)."""
+    def nbest(self, complete: bool = True) -> list[tuple[list[int], float]]:
+        """Current prefixes with their CTC log-probabilities, best first (by CTC plus fusion when fused).
+
+        Args:
+            complete: rank them as whole sentences, the LM's end-of-sentence term included (what a final
+                result needs); False ranks them as prefixes still going on (partial results while streaming).
+                Without fusion both rankings are the CTC one.
+        """
         ranked = []
         for prefix, (pb, pnb, lm) in self._beams.items():
             ctc = _logaddexp(pb, pnb)
-            fused = ctc + lm + self.fusion.end_score(prefix) if self.fusion is not None else ctc
+            fused = ctc
+            if self.fusion is not None:
+                fused += lm + (self.fusion.end_score(prefix) if complete else 0.0)
             ranked.append((fused, list(prefix), ctc))
         ranked.sort(key=lambda x: x[0], reverse=True)
         return [(prefix, ctc) for _, prefix, ctc in ranked]
 
     def best(self) -> list[int]:
-        """Best prefix so far (the partial hypothesis while streaming)."""
-        ranked = self.nbest()
+        """Best prefix so far as a prefix (no end-of-sentence term): the partial hypothesis while streaming."""
+        ranked = self.nbest(complete=False)
         return ranked[0][0] if ranked else []
 
 

@@ -158,7 +158,8 @@ class Stream:
         if self._final is not None:
             return Result(self._final.hyps[:nbest], True, self._final.segment)
         decode = self._rec.tokenizer.decode
-        hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in self._search.nbest()[:nbest]]
+        partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
+        hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
         return Result(hyps or [Hypothesis("", ())], False, self._segment)
 
     def reset(self) -> None:

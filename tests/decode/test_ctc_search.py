@@ -90,8 +90,10 @@ def check_incremental_equals_one_shot(lp, seed, beam=4, fusion=None):
         search.advance(lp[start : start + n])
         start += n
         if n:
-            partial = ctc_prefix_beam_search(lp[:start], beam, 0, fusion)
-            assert search.best() == partial[0][0]
+            alone = CtcPrefixBeamSearch(beam, 0, fusion)
+            alone.advance(lp[:start])
+            assert search.nbest(complete=False) == alone.nbest(complete=False)
+            assert search.best() == alone.best() == alone.nbest(complete=False)[0][0]
     assert search.nbest() == one_shot
     assert search.num_frames == lp.shape[0]
     search.reset()

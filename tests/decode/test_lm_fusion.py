@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from asr.decode import ctc_prefix_beam_search, decode_batch, rescoring_scores
+from asr.decode import CtcPrefixBeamSearch, ctc_prefix_beam_search, decode_batch, rescoring_scores
 from asr.decode.rescoring import attention_rescoring
 from asr.lm import ShallowFusion
 from asr.lm.ngram import train_kneser_ney
@@ -98,6 +98,12 @@ def test_end_score_decides_between_complete_hypotheses():
     assert nbest[0][0] == [2]
     prefix_only = {tuple(h): s + sum(fusion.token_score(h[:i], t) for i, t in enumerate(h)) for h, s in nbest}
     assert max(prefix_only, key=prefix_only.get) == (1,)  # what ranking without end_score would pick
+    # a partial result ranks the same beam as prefixes that go on: no end-of-sentence term
+    search = CtcPrefixBeamSearch(3, 0, fusion)
+    search.advance(lp)
+    assert search.nbest() == nbest
+    assert search.best() == [1] and search.nbest(complete=False)[0][0] == [1]
+    assert sorted(map(tuple, (h for h, _ in search.nbest(complete=False)))) == sorted(prefix_only)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -3,7 +3,7 @@
 import torch
 
 from asr.data.features import SAMPLE_RATE
-from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
+from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch, ctc_prefix_beam_search
 from asr.lm import ShallowFusion, train_token_lm
 from asr.serve.endpoint import EndpointConfig
 from asr.serve.recognizer import Recognizer
@@ -53,5 +53,8 @@ def test_partial_is_the_fused_prefix_beam_best(model, tokenizer):
     result = stream.result()
     assert not result.is_final
     lp = torch.cat(stream._utt.log_probs)  # (T', V)
-    assert list(result.hyps[0].tokens) == ctc_prefix_beam_search(lp, 3, model.blank_id, strong)[0][0]
+    alone = CtcPrefixBeamSearch(3, model.blank_id, strong)
+    alone.advance(lp)
+    # ranked as prefixes (the utterance goes on), not as finished sentences
+    assert list(result.hyps[0].tokens) == alone.best() == alone.nbest(complete=False)[0][0]
     assert list(result.hyps[0].tokens) != ctc_prefix_beam_search(lp, 3, model.blank_id)[0][0]
