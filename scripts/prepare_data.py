@@ -73,9 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "baked in (about 100x real time a core instead of 190x). mild: voices plus fewer and "
                         "lighter conditions. pico: 40%% of the train utterances read by SVOX Pico (pip install ttspico), its "
                         "two voices with formants scaled 0.78-1.05. pico_scaled: pico, and eSpeak's formants "
-                        "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices (Hibari, Piper's joe), "
-                        "so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read 55%%. neural_hibari (default): "
-                        "neural with Hibari 80%% of the neural share (asr/data/synth.py PROFILES). "
+                        "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices "
+                        "(Hibari, Piper's joe), so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read "
+                        "55%%. neural_hibari (default): neural with Hibari 80%% of the neural share "
+                        "(asr/data/synth.py PROFILES). "
                         "Dev, test and long are clean eSpeak under every profile")
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lm_order:
         # ~5 s for the embedded corpus; memory and time grow with the distinct n-grams of the train text
         print(f"lm: counting {args.lm_order}-grams of the train transcripts ...", flush=True)
-        lm = train_token_lm((cut_text(c) for c in read_cuts(train_path, out, lazy=True)), tok, args.lm_order)
+        lm = train_token_lm((cut_text(c) for c in train), tok, args.lm_order)
         path = save_arpa(lm, lm_path(out, args.lm_order), token_names(tok))
         print(f"lm: {args.lm_order}-gram over tokens, {sum(lm.num_ngrams())} n-grams -> {path}")
 

@@ -58,8 +58,9 @@ def run(cmd: list[str], what: str) -> None:
 # What scripts/prepare_data.py writes by default. The tokenizer file is named after its
 # type and size, so a corpus prepared with an older default (unigram256) is detected
 # and prepared again: the synthesized splits are kept, tokenizer and CMVN are redone.
-CORPUS_FILES = ("cuts_train.jsonl.gz", "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json",
-                "tokenizer/bpe256.model", str(lm_path(".").relative_to(".")))
+TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
+CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
+                str(lm_path(".").relative_to(".")))
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
@@ -76,7 +77,7 @@ CORPUS_STAMP = "quickstart_corpus.json"
 def corpus_fingerprint(data_dir: Path) -> dict:
     """The corpus profile and a digest of the train manifest and tokenizer (a few MB to read)."""
     digest = hashlib.sha256()
-    for name in ("cuts_train.jsonl.gz", "tokenizer/bpe256.model"):
+    for name in (TRAIN_MANIFEST, TOKENIZER_MODEL):
         digest.update((data_dir / name).read_bytes())
     return {"data_dir": str(data_dir), "profile": corpus_profile(data_dir), "sha256": digest.hexdigest()}
 

