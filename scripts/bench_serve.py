@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
          "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
          "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
          *(["--lm", args.lm, "--lm-weight", str(args.lm_weight), "--length-bonus", str(args.length_bonus)]
-           if args.lm else [])],
+           if args.lm else []),
+         *(["--word-lm", args.word_lm, "--word-lm-weight", str(args.word_lm_weight), "--word-bonus",
+            str(args.word_bonus), "--oov-penalty", str(args.oov_penalty)] if args.word_lm else [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

@@ -6,12 +6,14 @@ Usage:
     python scripts/decode.py --checkpoint CKPT --chunk-size 16 --left-chunks -1     # streaming masks
     python scripts/decode.py --checkpoint CKPT --cuts data/synth/cuts_long.jsonl.gz --out-dir results/long
     python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz   # + the token n-gram LM
+    python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz \
+        --word-lm data/synth/lm/words_3gram.arpa.gz                                # + word LM and lexicon
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
 seconds) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
-Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm].
+Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm].
 The evaluation itself is asr.decode.evaluate, the one the ablation uses too.
 """
 
@@ -71,15 +73,20 @@ def default_out_dir(args: argparse.Namespace) -> Path:
     run_dir = Path(args.checkpoint).resolve().parent.parent
     name = Path(args.cuts).name.split(".")[0] if args.cuts else args.split
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
-    return run_dir / "decode" / f"{name}_{ctx}{'_lm' if args.lm else ''}"
+    lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "")
+    return run_dir / "decode" / f"{name}_{ctx}{lm}"
 
 
 def format_table(summary: dict) -> str:
     ctx = "full context" if summary["chunk_size"] == 0 else (
         f"chunk {summary['chunk_size']}, left {summary['left_chunks']}")
-    lm = summary.get("lm")
-    if lm:
+    lm = summary.get("lm") or {}
+    if "order" in lm:
         ctx += f"; LM {lm['order']}-gram, weight {lm['weight']}, length bonus {lm['length_bonus']}"
+    if "word_lm" in lm:
+        words = lm["word_lm"]
+        ctx += (f"; word LM {words['order']}-gram over {words['words']} words, weight {words['weight']}, "
+                f"word bonus {words['word_bonus']}, OOV penalty {words['oov_penalty']}")
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
@@ -114,8 +121,10 @@ def main(argv: list[str] | None = None) -> dict:
         lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in mode_result.records)
         (out_dir / f"{mode}.jsonl").write_text("".join(lines), encoding="utf-8")
     summary = {"ckpt": str(args.checkpoint), "cuts": str(cuts), "max_utts": args.max_utts, **result.summary()}
-    if fusion is not None:
+    if args.lm:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
+    if args.word_lm:
+        summary["lm"]["word_lm"] = {"path": str(args.word_lm), **summary["lm"]["word_lm"]}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary))
     print(f"results: {out_dir}")

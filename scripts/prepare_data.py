@@ -45,7 +45,8 @@ from asr.data.shar import shard_paths, write_shar
 from asr.data.synth import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 from asr.data.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
-from asr.lm import DEFAULT_LM_ORDER, lm_path, save_arpa, token_names, train_token_lm
+from asr.lm import (DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names,
+                    train_token_lm, train_word_lm, word_lm_path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
     p.add_argument("--lm-order", type=int, default=DEFAULT_LM_ORDER,
                    help="order of the token n-gram LM built from the train transcripts (0: none)")
+    p.add_argument("--word-lm-order", type=int, default=DEFAULT_WORD_LM_ORDER,
+                   help="order of the word n-gram LM (and lexicon) built from the train transcripts (0: none)")
     p.add_argument("--shar-dir", default=None,
                    help="also write the train split as Lhotse Shar shards (cuts + flac audio) into this empty "
                         "folder; train from them with data.shar_dir=DIR")
@@ -100,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.lm_order < 0:
         p.error(f"--lm-order ({args.lm_order}) must be >= 0 (0: no LM)")
+    if args.word_lm_order < 0:
+        p.error(f"--word-lm-order ({args.word_lm_order}) must be >= 0 (0: no word LM)")
     if args.xengine and args.corpus != "synth":
         p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
                 f"for --corpus {args.corpus}")
@@ -185,6 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         lm = train_token_lm((cut_text(c) for c in train), tok, args.lm_order)
         path = save_arpa(lm, lm_path(out, args.lm_order), token_names(tok))
         print(f"lm: {args.lm_order}-gram over tokens, {sum(lm.num_ngrams())} n-grams -> {path}")
+    if args.word_lm_order:
+        word_lm, words = train_word_lm((cut_text(c) for c in train), args.word_lm_order)
+        path = save_word_lm(word_lm, words, word_lm_path(out, args.word_lm_order))
+        print(f"lm: {args.word_lm_order}-gram over {len(words) - 1} words (the decoding lexicon), "
+              f"{sum(word_lm.num_ngrams())} n-grams -> {path}")
 
     stats = compute_cmvn(train, max_cuts=args.cmvn_max_utts or None, num_workers=args.workers,
                          total=manifest_stats(train_path).cuts)

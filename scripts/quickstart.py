@@ -7,7 +7,7 @@ Usage (from the repository root):
     python scripts/quickstart.py --help
 
 Steps (each one reuses what earlier runs left):
- 1. build the synthetic corpus, tokenizer, token LM and CMVN in data/synth
+ 1. build the synthetic corpus, tokenizer, token and word LMs and CMVN in data/synth
     (scripts/prepare_data.py) unless they exist; with flite installed also the xengine
     split (the test sentences read by flite's awb and rms voices: another engine,
     evaluation only);
@@ -20,9 +20,10 @@ Steps (each one reuses what earlier runs left):
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
     (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance),
     and the xengine split full-context into decode/xengine_full when it exists; then
-    attention rescoring again with the token LM fused (decode/<split>_<context>_lm): the
-    rows without it say what the acoustic model hears, the "+ LM" rows what a user gets;
- 5. stream one test utterance chunk by chunk with the LM (scripts/stream.py --lm);
+    attention rescoring again with the token LM and the word LM (with its lexicon) fused
+    (decode/<split>_<context>_lm): the rows without them say what the acoustic model hears,
+    the "+ LM" rows what a user gets;
+ 5. stream one test utterance chunk by chunk with the LMs (scripts/stream.py --lm --word-lm);
  6. print a summary table: WER per mode (read from those summary.json files), where
     checkpoints, logs and results are, time.
 """
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.data.synth import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
 from asr.data.xengine import XENGINE_FILE  # noqa: E402
-from asr.lm import lm_path  # noqa: E402
+from asr.lm import lm_path, word_lm_path  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -60,7 +61,7 @@ def run(cmd: list[str], what: str) -> None:
 # and prepared again: the synthesized splits are kept, tokenizer and CMVN are redone.
 TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
 CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
-                str(lm_path(".").relative_to(".")))
+                str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")))
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
@@ -118,17 +119,28 @@ def first_test_audio(data_dir: Path) -> str | None:
     return None
 
 
+def lm_paths(summary: dict) -> tuple[str | None, str | None]:
+    """The token and word LM files a decode summary was made with (None: not used)."""
+    lm = summary.get("lm") or {}
+    return lm.get("path"), (lm.get("word_lm") or {}).get("path")
+
+
 def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test",
-           lm: Path | None = None) -> dict:
+           lms: tuple[Path, Path] | None = None) -> dict:
+    """Decode ``split`` with scripts/decode.py into ``out_dir``, or read the results a run with the same
+    checkpoint and LMs left there. ``lms``: the (token, word) LMs to fuse, or None."""
     done = out_dir / "summary.json"
-    if done.is_file() and json.loads(done.read_text())["ckpt"] == str(ckpt):
-        print(f"decode results of {ckpt.name} found in {out_dir}")
-        return json.loads(done.read_text())
+    wanted = (str(lms[0]), str(lms[1])) if lms else (None, None)
+    if done.is_file():
+        summary = json.loads(done.read_text())
+        if summary["ckpt"] == str(ckpt) and lm_paths(summary) == wanted:
+            print(f"decode results of {ckpt.name} found in {out_dir}")
+            return summary
     cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
-    if lm is not None:
-        cmd += ["--lm", str(lm)]
-    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'}{' + LM' if lm else ''})")
+    if lms is not None:
+        cmd += ["--lm", str(lms[0]), "--word-lm", str(lms[1])]
+    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'}{' + LMs' if lms else ''})")
     return json.loads((out_dir / "summary.json").read_text())
 
 
@@ -184,28 +196,28 @@ def main(argv: list[str] | None = None) -> None:
         ckpt = avg
 
     results = run_dir / "decode"
-    lm = lm_path(data_dir)
+    lms = (lm_path(data_dir), word_lm_path(data_dir))
     # (row label, summary); the LM rows decode attention rescoring only: greedy takes no LM
     decoded = [("full context", decode(ckpt, results / "test_full", "attention_rescoring,ctc_greedy", 0,
                                        args.threads)),
                ("full + LM", decode(ckpt, results / "test_full_lm", "attention_rescoring", 0, args.threads,
-                                    lm=lm)),
+                                    lms=lms)),
                ("chunk 16", decode(ckpt, results / "test_chunk16", "attention_rescoring,ctc_greedy", 16,
                                    args.threads)),
                ("chunk 16 + LM", decode(ckpt, results / "test_chunk16_lm", "attention_rescoring", 16,
-                                        args.threads, lm=lm))]
+                                        args.threads, lms=lms))]
     # Another engine (flite) reading the test sentences: does the model hear speech or eSpeak?
     has_xengine = (data_dir / XENGINE_FILE).is_file()
     if has_xengine:
         decoded += [("xengine full", decode(ckpt, results / "xengine_full", "attention_rescoring,ctc_greedy", 0,
                                             args.threads, split="xengine")),
                     ("xengine + LM", decode(ckpt, results / "xengine_full_lm", "attention_rescoring", 0,
-                                            args.threads, split="xengine", lm=lm))]
+                                            args.threads, split="xengine", lms=lms))]
 
     audio = first_test_audio(data_dir)
     if audio:
-        run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", "--lm", str(lm), audio],
-            "stream one test file (with the LM)")
+        run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", "--lm", str(lms[0]),
+             "--word-lm", str(lms[1]), audio], "stream one test file (with the LMs)")
 
     rows = [(ctx, m, r) for ctx, summary in decoded for m, r in summary["modes"].items()]
     skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
@@ -218,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"checkpoint  : {ckpt}")
     print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
     print(f"results     : {results}/<split>_<context>[_lm]/summary.json")
-    print(f"LM          : {lm} (token n-gram of the train transcripts; python scripts/decode.py --lm)")
+    print(f"LMs         : {lms[0]} (token n-gram; decode.py --lm), {lms[1]} (word n-gram and lexicon; "
+          f"--word-lm), both from the train transcripts")
     if not has_xengine:
         print(f"xengine     : not decoded (no {XENGINE_FILE}: apt-get install -y flite, then "
               f"python scripts/prepare_data.py --data-dir {args.data_dir} --xengine)")

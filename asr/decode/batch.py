@@ -11,7 +11,7 @@ from asr.decode.attention_beam import attention_beam_search
 from asr.decode.ctc_greedy import ctc_greedy
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
 from asr.decode.rescoring import attention_rescoring
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 
 MODES = ("ctc_greedy", "ctc_prefix_beam", "attention", "attention_rescoring")
 FUSED_MODES = ("ctc_prefix_beam", "attention_rescoring")
@@ -28,7 +28,7 @@ def decode_batch(
     left_chunks: int = -1,
     ctc_weight: float = 0.5,
     reverse_weight: float = 0.0,
-    fusion: ShallowFusion | None = None,
+    fusion: Fusion | None = None,
 ) -> list[list[int]]:
     """Token ids of every utterance.
 

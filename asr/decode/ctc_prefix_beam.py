@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 
 NEG_INF = float("-inf")
 
@@ -42,7 +42,7 @@ class CtcPrefixBeamSearch:
         fusion: a language model to rank prefixes with (None: CTC alone).
     """
 
-    def __init__(self, beam: int, blank_id: int = 0, fusion: ShallowFusion | None = None) -> None:
+    def __init__(self, beam: int, blank_id: int = 0, fusion: Fusion | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
         self.beam = beam
@@ -131,7 +131,7 @@ class CtcPrefixBeamSearch:
 
 
 def ctc_prefix_beam_search(
-    log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: ShallowFusion | None = None
+    log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: Fusion | None = None
 ) -> list[tuple[list[int], float]]:
     """One-shot CTC prefix beam search over (T', V) log-probabilities.
 

@@ -23,7 +23,7 @@ import torch
 
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.wer import ErrorCounter
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def evaluate_utterances(
     reverse_weight: float = 0.0,
     batch_seconds: float = 100.0,
     progress: bool = False,
-    fusion: ShallowFusion | None = None,
+    fusion: Fusion | None = None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -211,6 +211,5 @@ def evaluate_utterances(
         results[mode] = ModeResult(counter.records, totals)
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
-                "lm": None if fusion is None else {"order": fusion.lm.order, "weight": fusion.weight,
-                                                   "length_bonus": fusion.length_bonus}}
+                "lm": None if fusion is None else fusion.settings()}
     return SplitResult(results, settings, audio_s, Counter(eval_set.skipped))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 
 
 @torch.no_grad()
 def rescoring_scores(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float, fusion: ShallowFusion | None = None,
+    reverse_weight: float, fusion: Fusion | None = None,
 ) -> torch.Tensor:
     """Combined score of each n-best entry.
 
@@ -40,7 +40,7 @@ def rescoring_scores(
 
 def attention_rescoring(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float, fusion: ShallowFusion | None = None,
+    reverse_weight: float, fusion: Fusion | None = None,
 ) -> list[int]:
     """The n-best entry with the best combined score.
 

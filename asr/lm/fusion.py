@@ -15,8 +15,26 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from asr.lm.ngram import NgramLM
+
+
+class Fusion(Protocol):
+    """What the searches need from a language model: scores added to a hypothesis' log-probability.
+
+    For any complete hypothesis, ``sentence_score(tokens)`` equals the sum of ``token_score`` over its
+    tokens plus ``end_score(tokens)``, so a beam that adds them token by token and a rescorer that
+    scores whole sentences rank the same way.
+    """
+
+    def token_score(self, history: Sequence[int], token: int) -> float: ...
+
+    def end_score(self, tokens: Sequence[int]) -> float: ...
+
+    def sentence_score(self, tokens: Sequence[int]) -> float: ...
+
+    def settings(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -50,3 +68,32 @@ class ShallowFusion:
     def sentence_score(self, tokens: Sequence[int]) -> float:
         """The whole contribution for a complete hypothesis: the sum of its token scores and its end score."""
         return self.weight * self.lm.sentence_logprob(tokens) + self.length_bonus * len(tokens)
+
+    def settings(self) -> dict:
+        return {"order": self.lm.order, "weight": self.weight, "length_bonus": self.length_bonus}
+
+
+@dataclass(frozen=True)
+class FusionSum:
+    """Several language models at once (e.g. the token LM and a word LM with its lexicon): scores add."""
+
+    parts: tuple[Fusion, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("FusionSum needs at least one language model")
+
+    def token_score(self, history: Sequence[int], token: int) -> float:
+        return sum(part.token_score(history, token) for part in self.parts)
+
+    def end_score(self, tokens: Sequence[int]) -> float:
+        return sum(part.end_score(tokens) for part in self.parts)
+
+    def sentence_score(self, tokens: Sequence[int]) -> float:
+        return sum(part.sentence_score(tokens) for part in self.parts)
+
+    def settings(self) -> dict:
+        merged: dict = {}
+        for part in self.parts:
+            merged.update(part.settings())
+        return merged

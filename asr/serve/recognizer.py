@@ -36,7 +36,7 @@ import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import rescoring_scores
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
@@ -246,7 +246,7 @@ class Recognizer:
         left_chunks: chunks of attention memory (-1: all; unbounded memory on long streams).
         beam: CTC prefix beam width and n-best size for rescoring.
         ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
-        fusion: a token LM (``asr.lm.ShallowFusion``) for every stream's CTC beam and final rescoring.
+        fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
         endpoint: endpoint rules (on by default).
         extractor: feature extractor (default ``asr.data.features.FbankExtractor()``).
         max_batch: most streams in one batched step.
@@ -267,7 +267,7 @@ class Recognizer:
         extractor=None,
         max_batch: int = 64,
         chunk_encoder=None,
-        fusion: ShallowFusion | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")

@@ -19,7 +19,7 @@ import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import attention_rescoring
-from asr.lm.fusion import ShallowFusion
+from asr.lm.fusion import Fusion
 
 
 class IncrementalFbank:
@@ -78,7 +78,7 @@ class StreamingRecognizer:
         left_chunks: chunks of attention memory, -1 for all.
         beam: CTC prefix beam width (also the n-best size for rescoring).
         ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
-        fusion: a token LM (``asr.lm.ShallowFusion``) for the CTC beam and the rescoring (None: none).
+        fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam and the rescoring (None: none).
         extractor: the feature extractor used in training (``num_frames``, ``min_samples``,
             ``shift_samples``, callable); default ``asr.data.features.FbankExtractor()``.
             Audio must be at its ``sample_rate``.
@@ -94,7 +94,7 @@ class StreamingRecognizer:
         ctc_weight: float = 0.5,
         reverse_weight: float = 0.0,
         extractor=None,
-        fusion: ShallowFusion | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")

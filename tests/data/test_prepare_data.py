@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from asr.data.tokenizer import load_tokenizer
-from asr.lm import DEFAULT_LM_ORDER, lm_path, load_token_lm
+from asr.lm import DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, load_token_lm, load_word_lm, word_lm_path
 from conftest import write_tone
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prepare_data.py"
@@ -42,6 +42,12 @@ def test_prepare_wenet_corpus(tmp_path, capsys):
     lm = load_token_lm(lm_path(out), tok)
     seen, reversed_ = tok.encode("hello train 1"), tok.encode("1 niart olleh")
     assert lm.sentence_logprob(seen) > lm.sentence_logprob(reversed_) + 5.0
+    # and the word LM: its vocabulary (the decoding lexicon) is the train split's words, <unk> added
+    assert f"lm: {DEFAULT_WORD_LM_ORDER}-gram over 6 words" in printed
+    word_lm, words = load_word_lm(word_lm_path(out))
+    assert sorted(words[:-1]) == sorted(["<unk>", "hello", "train", "0", "1", "2"]) and words[-1] == "</s>"
+    ids = {w: i for i, w in enumerate(words)}
+    assert word_lm.logprob([ids["hello"]], ids["train"]) > word_lm.logprob([ids["hello"]], ids["hello"]) + 1.0
 
 
 def test_xengine_is_refused_for_an_imported_corpus(capsys):

@@ -124,6 +124,31 @@ def test_quickstart_decodes_through_decode_script_and_reuses_its_summary(trained
     assert "found in" in capsys.readouterr().out  # the second call read the summary back
 
 
+def test_quickstart_reuses_lm_results_only_for_the_same_lms(trained, tmp_path, capsys):
+    from asr.data.tokenizer import load_tokenizer
+    from asr.lm import lm_path, save_arpa, save_word_lm, token_names, train_token_lm, train_word_lm, word_lm_path
+
+    spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    corpus, ckpt = trained
+    tok = load_tokenizer(corpus / "tokenizer")
+    texts = ["alpha bravo", "charlie delta echo"]
+    lms = (save_arpa(train_token_lm(texts, tok, 2), lm_path(corpus, 2), token_names(tok)),
+           save_word_lm(*train_word_lm(texts, 2), word_lm_path(corpus, 2)))
+    out = tmp_path / "test_full_lm"
+    summary = quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms)
+    assert quickstart.lm_paths(summary) == (str(lms[0]), str(lms[1]))
+    capsys.readouterr()
+    assert quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms) == summary
+    assert "found in" in capsys.readouterr().out
+    # a summary left by a token-LM-only decode (an older quickstart) is decoded again, not reused
+    summary["lm"].pop("word_lm")
+    (out / "summary.json").write_text(json.dumps(summary))
+    again = quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms)
+    assert "found in" not in capsys.readouterr().out and quickstart.lm_paths(again) == (str(lms[0]), str(lms[1]))
+
+
 def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
     from asr.data.tokenizer import load_tokenizer
     from asr.lm import lm_path, save_arpa, token_names, train_token_lm
@@ -148,6 +173,30 @@ def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
              for line in open(plain_out / "ctc_greedy.jsonl")]
     assert strip == plain
     assert summary["modes"]["attention_rescoring"]["utterances"] == 4
+
+
+def test_word_lm_option_is_recorded_and_decodes_beside_the_token_lm(trained, tmp_path, capsys):
+    from asr.data.tokenizer import load_tokenizer
+    from asr.lm import lm_path, save_arpa, save_word_lm, token_names, train_token_lm, train_word_lm, word_lm_path
+
+    corpus, ckpt = trained
+    tok = load_tokenizer(corpus / "tokenizer")
+    texts = ["alpha bravo", "charlie delta echo", "fox alpha"]
+    lm = save_arpa(train_token_lm(texts, tok, 3), lm_path(corpus, 3), token_names(tok))
+    words = save_word_lm(*train_word_lm(texts, 2), word_lm_path(corpus, 2))
+    stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_prefix_beam,attention_rescoring", "--beam",
+                    "3", "--lm", str(lm), "--word-lm", str(words), "--oov-penalty", "4")
+    out = ckpt.parent.parent / "decode" / "test_full_lm_wordlm"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lm"]["path"] == str(lm) and summary["lm"]["order"] == 3
+    assert summary["lm"]["word_lm"] == {"path": str(words), "order": 2, "words": 7, "weight": 0.3,
+                                        "word_bonus": 1.0, "oov_penalty": 4.0}
+    assert "word LM 2-gram over 7 words" in stdout
+    assert summary["modes"]["attention_rescoring"]["utterances"] == 4
+    only_words = decode(capsys, "--checkpoint", str(ckpt), "--modes", "attention_rescoring", "--beam", "3",
+                        "--word-lm", str(words), "--out-dir", str(tmp_path / "w"))
+    assert "word LM 2-gram" in only_words and "LM 3-gram" not in only_words
+    assert set(json.loads((tmp_path / "w" / "summary.json").read_text())["lm"]) == {"word_lm"}
 
 
 @pytest.mark.parametrize("problem", ["missing", "other_tokenizer", "bad_weight"])
