@@ -5,6 +5,10 @@ D model dim, C chunk size (encoder frames), M cached frames.
 
 Pipeline (both paths): global CMVN -> Conv2d subsampling -> xscale sqrt(D)
 -> ``scheme.embed_input(x, start_time)`` -> dropout -> Conformer blocks -> LayerNorm.
+With ``online_cmn_frames > 0``, ``forward`` first swaps each frame's global mean for its
+utterance's running mean (``asr.model.normalization.OnlineCmn``); streams get that from
+their frontend (``online_cmn()``), frame by frame, because the serving paths feed
+overlapping feature spans that an in-encoder running sum would count twice.
 
 ``stream_step`` reproduces ``forward(feats, lengths, chunk_size=C, left_chunks=L)``
 exactly: chunks are aligned at encoder time 0, each layer caches the K/V of the
@@ -21,6 +25,7 @@ from torch import nn
 
 from asr.model.conformer import ConformerBlock
 from asr.model.masks import attention_mask, check_chunk_args, padding_mask
+from asr.model.normalization import OnlineCmn
 from asr.model.positions import build_position_scheme
 from asr.model.subsampling import Conv2dSubsampling
 from asr.streaming.state import LayerCache, StreamState
@@ -42,6 +47,8 @@ class ConformerEncoder(nn.Module):
         subsampling_channels: conv width of the subsampling front end (None: D).
         dropout: dropout after the input embedding and inside the blocks.
         xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
+        online_cmn_frames: > 0: normalize each utterance by its running mean, the global mean
+            counting as this many frames (see :class:`OnlineCmn`); 0: global CMVN alone.
         **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
     """
 
@@ -59,6 +66,7 @@ class ConformerEncoder(nn.Module):
         subsampling_channels: int | None = None,
         dropout: float = 0.0,
         xscale: bool = True,
+        online_cmn_frames: float = 0.0,
         **scheme_options,
     ) -> None:
         super().__init__()
@@ -68,6 +76,9 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"num_layers ({num_layers}) must be >= 1.")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
+        if not online_cmn_frames >= 0:
+            raise ValueError(f"online_cmn_frames ({online_cmn_frames}) must be >= 0 (0: off).")
+        self.online_cmn_frames = float(online_cmn_frames)
         self.register_buffer("cmvn_mean", torch.zeros(input_dim))
         self.register_buffer("cmvn_istd", torch.ones(input_dim))
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
@@ -110,6 +121,13 @@ class ConformerEncoder(nn.Module):
         self.cmvn_mean.copy_(mean)
         self.cmvn_istd.copy_(istd)
 
+    def online_cmn(self) -> OnlineCmn | None:
+        """The running-mean normalization this encoder's inputs get (None when off). ``forward`` applies it;
+        a streaming frontend applies ``online_cmn().stream()`` to its frames before ``stream_step``."""
+        if self.online_cmn_frames == 0:
+            return None
+        return OnlineCmn(self.cmvn_mean, self.online_cmn_frames)
+
     def _check_feats(self, feats: torch.Tensor) -> None:
         if feats.dim() != 3 or feats.size(2) != self.input_dim:
             raise ValueError(f"feats must be (B, T, {self.input_dim}); got {tuple(feats.shape)}.")
@@ -137,6 +155,9 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"lengths {tuple(lengths.shape)} must be ({feats.size(0)},) for feats {tuple(feats.shape)}.")
         if lengths.numel() and int(lengths.max()) > feats.size(1):
             raise ValueError(f"lengths max ({int(lengths.max())}) exceeds the feature length ({feats.size(1)}).")
+        norm = self.online_cmn()
+        if norm is not None:
+            feats = norm(feats)  # causal: the zero padding after a row never reaches its frames
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
         x = self.dropout(self.scheme.embed_input(x, 0))
@@ -170,7 +191,8 @@ class ConformerEncoder(nn.Module):
         a graph reaching back over the whole stream.
 
         Args:
-            feats: (B, n, F) raw features (CMVN is applied here).
+            feats: (B, n, F) features; global CMVN is applied here, the running mean of
+                ``online_cmn()`` (when on) must have been applied by the caller, frame by frame.
             state: from :meth:`init_state` or the previous call; updated in place.
             final: end of stream: also encode the last partial chunk.
         Returns:

@@ -98,8 +98,9 @@ class Stream:
         self._inbox: list[torch.Tensor] = []
         self._inbox_samples = 0
         self._input_finished = False
-        self._fbank = IncrementalFbank(recognizer.extractor)
-        self._feats: torch.Tensor | None = None  # (T, F) raw fbank frames from the next chunk's start
+        self._fbank = IncrementalFbank(recognizer.extractor, recognizer.model.encoder.online_cmn())
+        # (T, F) fbank frames from the next chunk's start (running-mean normalized when the model asks)
+        self._feats: torch.Tensor | None = None
         self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
         self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, recognizer.fusion)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)

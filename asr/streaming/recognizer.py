@@ -29,15 +29,21 @@ class IncrementalFbank:
     so each call computes the frames the buffer completes and drops the samples
     no later frame needs, keeping ``frame_length - frame_shift`` samples of overlap
     (plus whatever has not reached a frame yet).
+
+    ``online_cmn``: the model's running-mean normalization (``encoder.online_cmn()``), applied
+    to each frame once, as it is made: what the offline ``forward`` does to the whole utterance.
     """
 
-    def __init__(self, extractor) -> None:
+    def __init__(self, extractor, online_cmn=None) -> None:
         self.extractor = extractor
         self.shift = extractor.shift_samples
+        self._norm = None if online_cmn is None else online_cmn.stream()
         self._buffer = torch.zeros(0)
 
     def reset(self) -> None:
         self._buffer = torch.zeros(0)
+        if self._norm is not None:
+            self._norm.reset()
 
     @property
     def buffered_samples(self) -> int:
@@ -51,7 +57,7 @@ class IncrementalFbank:
             return None
         feats = self.extractor(self._buffer)[:n_frames]  # (T, F)
         self._buffer = self._buffer[n_frames * self.shift :]
-        return feats
+        return feats if self._norm is None else self._norm.push(feats)
 
 
 @dataclass
@@ -112,7 +118,7 @@ class StreamingRecognizer:
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
         self.fusion = fusion
-        self.fbank = IncrementalFbank(extractor)
+        self.fbank = IncrementalFbank(extractor, model.encoder.online_cmn())
         self.search = CtcPrefixBeamSearch(beam, model.blank_id, fusion)
         self.reset()
 

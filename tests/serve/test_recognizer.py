@@ -145,3 +145,29 @@ def test_bad_input_is_rejected(model, tokenizer):
     assert stream.is_done() and stream.result().text == ""
     with pytest.raises(ValueError, match="finished"):
         stream.reset()
+
+
+def test_online_cmn_model_serves_what_its_offline_forward_gives(model, tokenizer):
+    """Each stream's frontend applies the running mean once per frame, though the chunks overlap."""
+    cmn_model = copy.deepcopy(model)
+    cmn_model.encoder.online_cmn_frames = 20.0
+    rec = Recognizer(cmn_model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    waves = [noise(s, seed + 7, SAMPLE_RATE) for seed, s in enumerate([1.7, 2.2])]
+    streams = [rec.create_stream() for _ in waves]
+    for i, (wave, stream) in enumerate(zip(waves, streams)):
+        for piece in pieces(wave, i):
+            stream.accept_waveform(SAMPLE_RATE, piece)
+        stream.finish()
+    for _ in range(200):
+        rec.decode()
+        if all(s.is_done() for s in streams):
+            break
+    extractor = FbankExtractor()
+    for wave, stream in zip(waves, streams):
+        feats = extractor(wave)[None]  # (1, T, F)
+        with torch.no_grad():
+            enc, _ = cmn_model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
+            plain, _ = model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
+        got = torch.cat(stream._utt.log_probs)
+        assert torch.allclose(got, cmn_model.ctc_log_probs(enc)[0], atol=1e-4)
+        assert not torch.allclose(got, model.ctc_log_probs(plain)[0], atol=1e-3)  # the normalization mattered

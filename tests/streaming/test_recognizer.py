@@ -56,10 +56,11 @@ def test_incremental_fbank_equals_whole_utterance_fbank(extractor):
     assert torch.allclose(torch.cat(parts), whole, atol=1e-4)
 
 
-def make_model(pos_enc: str = "rel_xl", **scheme) -> AsrModel:
+def make_model(pos_enc: str = "rel_xl", online_cmn_frames: float = 0.0, **scheme) -> AsrModel:
     torch.manual_seed(0)
     enc = build_encoder(pos_enc=pos_enc, **scheme, input_dim=N_MELS, d_model=32, num_heads=2, num_layers=2,
-                        ffn_dim=64, conv_kernel=3, causal=True, subsampling=4, dropout=0.0)
+                        ffn_dim=64, conv_kernel=3, causal=True, subsampling=4, dropout=0.0,
+                        online_cmn_frames=online_cmn_frames)
     enc.set_cmvn(torch.full((N_MELS,), 5.0), torch.full((N_MELS,), 0.3))
     return AsrModel(enc, VOCAB, SOS, decoder_layers=1, r2l_decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64,
                     decoder_dropout=0.0, reverse_weight=0.3).eval()
@@ -96,6 +97,20 @@ def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, se
                                             ("abs_sin", {}), ("rope", {}), ("none", {})])
 def test_streaming_equals_full_forward_for_other_position_schemes(pos_enc, scheme):
     check_streaming_equals_full(make_model(pos_enc, **scheme), 3, 3, 1)
+
+
+@pytest.mark.parametrize("pos_enc,scheme", [("rel_xl", {}), ("abs_sin", {})])
+@pytest.mark.parametrize("seed", range(2))
+def test_streaming_with_online_cmn_equals_full_forward(pos_enc, scheme, seed):
+    """The frontend's frame-by-frame running mean is what forward() does to the whole utterance."""
+    cmn_model = make_model(pos_enc, online_cmn_frames=30.0, **scheme)
+    check_streaming_equals_full(cmn_model, seed, 2, 1)
+    # and it is applied: the same weights without it encode the same audio differently
+    plain = make_model(pos_enc, **scheme)
+    feats = KaldiFbank()(0.1 * torch.randn(9000, generator=torch.Generator().manual_seed(seed)))[None]
+    lens = torch.tensor([feats.size(1)])
+    with torch.no_grad():
+        assert (cmn_model.encode(feats, lens)[0] - plain.encode(feats, lens)[0]).abs().max() > 1e-2
 
 
 def test_finalize_rescores_the_nbest_and_records_timings(model):
