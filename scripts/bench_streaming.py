@@ -79,12 +79,17 @@ def stream(enc, ctc, feats: torch.Tensor, args) -> tuple[float, float, list[floa
     """Stream ``feats`` (1, T, 80); return wall seconds, CPU seconds and per-chunk latencies."""
     piece = max(1, round(args.piece_ms / 1000 / FRAME_SHIFT_S))
     state = enc.init_state(1, args.chunk, args.left)
+    norm = enc.online_cmn()  # a live frontend's running mean (when the experiment turns it on), timed with the step
+    frontend = None if norm is None else norm.stream()
     total, latencies = 0.0, []
     cpu0 = time.process_time()
     for start in range(0, feats.size(1), piece):
         last = start + piece >= feats.size(1)
         t0 = time.perf_counter()
-        out, state = enc.stream_step(feats[:, start : start + piece], state, final=last)
+        new = feats[:, start : start + piece]
+        if frontend is not None:
+            new = frontend.push(new[0])[None]
+        out, state = enc.stream_step(new, state, final=last)
         if out.size(1):
             ctc(out).log_softmax(-1)
         dt = time.perf_counter() - t0
@@ -143,6 +148,8 @@ def bench_hour(args) -> None:
     hour_frames = round(3600 / FRAME_SHIFT_S)
     report_every = round(600 / FRAME_SHIFT_S)
     state = enc.init_state(1, args.chunk, args.left)
+    norm = enc.online_cmn()
+    frontend = None if norm is None else norm.stream()  # its sums are (F,): the stream must not grow here either
     print(f"one hour of {scheme}, C={args.chunk} L={args.left}, {args.piece_ms} ms pieces")
     print(f"{'audio min':>10}{'RSS MiB':>10}{'state KiB':>11}{'RTF so far':>12}")
     torch.manual_seed(1)
@@ -151,6 +158,8 @@ def bench_hour(args) -> None:
         while fed < hour_frames:
             feats = torch.randn(1, piece, enc.input_dim)  # generated per piece: the stream itself must not grow
             t0 = time.perf_counter()
+            if frontend is not None:
+                feats = frontend.push(feats[0])[None]
             out, state = enc.stream_step(feats, state)
             if out.size(1):
                 ctc(out).log_softmax(-1)

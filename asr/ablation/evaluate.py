@@ -151,13 +151,18 @@ def streaming_rtf(model, utts: Sequence[Utterance], chunk_size: int, left_chunks
     torch.set_num_threads(1)
     try:
         busy = 0.0
+        norm = enc.online_cmn()  # what a live frontend does to each piece (when the model was trained with it)
         for utt in utts:
             feats = utt.feats.unsqueeze(0)  # (1, T, F)
             start = time.perf_counter()
             state = enc.init_state(1, chunk_size, left_chunks)
+            frontend = None if norm is None else norm.stream()
             for begin in range(0, feats.size(1), piece):
                 final = begin + piece >= feats.size(1)
-                out, state = enc.stream_step(feats[:, begin : begin + piece], state, final=final)  # (1, n', D)
+                new = feats[:, begin : begin + piece]
+                if frontend is not None:
+                    new = frontend.push(new[0])[None]
+                out, state = enc.stream_step(new, state, final=final)  # (1, n', D)
                 if out.size(1) > 0:
                     ctc_greedy(model.ctc_log_probs(out), torch.tensor([out.size(1)]), model.blank_id)
             busy += time.perf_counter() - start
