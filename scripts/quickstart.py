@@ -1,7 +1,7 @@
 """End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
 
 Usage (from the repository root):
-    python scripts/quickstart.py                  # everything, ~33 min on a 2-core CPU
+    python scripts/quickstart.py                  # everything, ~42 min on a 2-core CPU
     python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 3800 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
@@ -11,7 +11,7 @@ Steps (each one reuses what earlier runs left):
     (scripts/prepare_data.py) unless they exist; with flite installed also the xengine
     split (the test sentences read by flite's awb and rms voices: another engine,
     evaluation only);
- 2. train experiment=quickstart (scripts/train.py: 3800 steps, ~28 min on 2 cores, capped by
+ 2. train experiment=quickstart (scripts/train.py: 3800 steps, ~30 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished; a run of another corpus (its quickstart_corpus.json
     differs) is left alone and a new timestamped run folder is trained beside it;
@@ -75,12 +75,23 @@ def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
 CORPUS_STAMP = "quickstart_corpus.json"
 
 
-def corpus_fingerprint(data_dir: Path) -> dict:
-    """The corpus profile and a digest of the train manifest and tokenizer (a few MB to read)."""
+def recipe_digest(conf_dir: Path = ROOT / "conf") -> str:
+    """sha256 of every Hydra config file (names and bytes): a changed recipe (the 2026-11-24 online
+    CMN, say) must not find its old finished run and decode that model as the new one."""
+    digest = hashlib.sha256()
+    for path in sorted(conf_dir.rglob("*.yaml")):
+        digest.update(str(path.relative_to(conf_dir)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def corpus_fingerprint(data_dir: Path, conf_dir: Path = ROOT / "conf") -> dict:
+    """The corpus profile, a digest of the train manifest and tokenizer (a few MB to read), and the
+    recipe's (:func:`recipe_digest`)."""
     digest = hashlib.sha256()
     for name in (TRAIN_MANIFEST, TOKENIZER_MODEL):
         digest.update((data_dir / name).read_bytes())
-    return {"data_dir": str(data_dir), "profile": corpus_profile(data_dir), "sha256": digest.hexdigest()}
+    return {"data_dir": str(data_dir), "profile": corpus_profile(data_dir), "sha256": digest.hexdigest(),
+            "recipe": recipe_digest(conf_dir)}
 
 
 def timestamped(run_dir: Path) -> Path:
@@ -88,15 +99,16 @@ def timestamped(run_dir: Path) -> Path:
 
 
 def choose_run_dir(run_dir: Path, fingerprint: dict) -> Path:
-    """``run_dir``, unless it holds a run of another corpus: then a new timestamped folder beside it."""
+    """``run_dir``, unless it holds a run of another corpus or recipe: then a new timestamped folder beside it."""
     stamp = run_dir / CORPUS_STAMP
     if stamp.is_file():
         trained_on = json.loads(stamp.read_text())
         if trained_on != fingerprint:
             new = timestamped(run_dir)
-            print(f"{run_dir} holds a run of another corpus (profile {trained_on.get('profile')!r} in "
-                  f"{trained_on.get('data_dir')}; now {fingerprint['profile']!r} in {fingerprint['data_dir']}): "
-                  f"training a new run in {new}")
+            what = "recipe (conf/)" if {**trained_on, "recipe": None} == {**fingerprint, "recipe": None} else (
+                f"corpus (profile {trained_on.get('profile')!r} in {trained_on.get('data_dir')}; now "
+                f"{fingerprint['profile']!r} in {fingerprint['data_dir']})")
+            print(f"{run_dir} holds a run of another {what}: training a new run in {new}")
             return new
     elif (run_dir / "checkpoints").is_dir():
         print(f"warning: {run_dir} was trained before the quickstart recorded its corpus; if "

@@ -42,7 +42,10 @@ def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
     (corpus / "cuts_train.jsonl.gz").write_bytes(b"train v1")
     (corpus / "tokenizer" / "bpe256.model").write_bytes(b"tok v1")
     (corpus / "manifest_summary.json").write_text(json.dumps({"profile": "neural_hibari"}))
-    first = quickstart.corpus_fingerprint(corpus)
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "quickstart.yaml").write_text("model: {}\n")
+    first = quickstart.corpus_fingerprint(corpus, conf)
     assert first["profile"] == "neural_hibari" and first["data_dir"] == str(corpus)
 
     run = tmp_path / "exp" / "quickstart_rel_xl"
@@ -50,7 +53,13 @@ def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
     run.mkdir(parents=True)
     (run / quickstart.CORPUS_STAMP).write_text(json.dumps(first))
     assert quickstart.choose_run_dir(run, first) == run  # the same corpus: reuse or resume
-    assert quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus)) == run
+    assert quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus, conf)) == run
+
+    # another recipe (a config file changed) trains anew too, and says so
+    (conf / "experiment" / "quickstart.yaml").write_text("model: {encoder: {online_cmn_frames: 100}}\n")
+    other = quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus, conf))
+    assert other != run and "holds a run of another recipe (conf/)" in capsys.readouterr().out
+    (run / quickstart.CORPUS_STAMP).write_text(json.dumps(quickstart.corpus_fingerprint(corpus, conf)))
 
     for change in ("train", "tokenizer", "profile"):
         if change == "train":
@@ -59,7 +68,7 @@ def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
             (corpus / "tokenizer" / "bpe256.model").write_bytes(b"tok v2")
         else:
             (corpus / "manifest_summary.json").write_text(json.dumps({"profile": "clean"}))
-        other = quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus))
+        other = quickstart.choose_run_dir(run, quickstart.corpus_fingerprint(corpus, conf))
         assert other != run and other.name.startswith("quickstart_rel_xl_") and other.parent == run.parent, change
         assert "holds a run of another corpus" in capsys.readouterr().out
 
