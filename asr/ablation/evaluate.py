@@ -161,7 +161,7 @@ def streaming_rtf(model, utts: Sequence[Utterance], chunk_size: int, left_chunks
                 final = begin + piece >= feats.size(1)
                 new = feats[:, begin : begin + piece]
                 if frontend is not None:
-                    new = frontend.push(new[0])[None]
+                    new = frontend.push(new)
                 out, state = enc.stream_step(new, state, final=final)  # (1, n', D)
                 if out.size(1) > 0:
                     ctc_greedy(model.ctc_log_probs(out), torch.tensor([out.size(1)]), model.blank_id)

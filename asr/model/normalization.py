@@ -40,28 +40,24 @@ class OnlineCmn:
         self.prior_frames = float(prior_frames)
 
     def apply(self, feats: torch.Tensor, sums: torch.Tensor | None = None,
-              count: torch.Tensor | int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | int]:
+              count: int = 0) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Normalize (..., T, F) frames that follow ``count`` frames summing to ``sums`` (..., F).
 
         Returns (normalized frames, sums and count after them) for the next call.
         """
         if feats.size(-1) != self.global_mean.numel():
             raise ValueError(f"feats have {feats.size(-1)} bins, the global mean {self.global_mean.numel()}")
+        if feats.size(-2) == 0:
+            return feats, sums, count
         mean = self.global_mean.to(feats.device)
         x = feats.to(torch.float64)
         running = x.cumsum(-2)  # (..., T, F)
         if sums is not None:
             running = running + sums.unsqueeze(-2)
-        steps = torch.arange(1, feats.size(-2) + 1, dtype=torch.float64, device=feats.device)  # (T,)
-        if isinstance(count, torch.Tensor):
-            seen = count.to(torch.float64).unsqueeze(-1) + steps  # (..., T)
-        else:
-            seen = steps + count
+        seen = torch.arange(count + 1, count + feats.size(-2) + 1, dtype=torch.float64, device=feats.device)  # (T,)
         frame_mean = (self.prior_frames * mean + running) / (self.prior_frames + seen).unsqueeze(-1)
         out = (x - frame_mean + mean).to(feats.dtype)
-        new_sums = running[..., -1, :] if feats.size(-2) > 0 else (
-            sums if sums is not None else x.new_zeros(*feats.shape[:-2], feats.size(-1)))
-        return out, new_sums, count + feats.size(-2)
+        return out, running[..., -1, :], count + feats.size(-2)
 
     def __call__(self, feats: torch.Tensor) -> torch.Tensor:
         """(T, F) or (B, T, F) whole utterances (each row from its first frame) -> normalized, same shape."""
@@ -83,6 +79,6 @@ class OnlineCmnStream:
         self._count = 0
 
     def push(self, feats: torch.Tensor) -> torch.Tensor:
-        """(n, F) next frames -> (n, F) normalized."""
+        """(..., n, F) next frames -> normalized, same shape (the leading axes fixed for the stream)."""
         out, self._sums, self._count = self.norm.apply(feats, self._sums, self._count)
         return out
