@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     waves = load_waves(args)
     print(f"{len(waves)} test utterances, {sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s; offline pass ...",
           flush=True)
+    from asr.lm import lm_argv
     from asr.train.checkpoint import load_model
 
     model, tokenizer, _ = load_model(args.checkpoint)
@@ -172,10 +173,7 @@ def main(argv: list[str] | None = None) -> int:
          "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
          "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
          "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
-         *(["--lm", args.lm, "--lm-weight", str(args.lm_weight), "--length-bonus", str(args.length_bonus)]
-           if args.lm else []),
-         *(["--word-lm", args.word_lm, "--word-lm-weight", str(args.word_lm_weight), "--word-bonus",
-            str(args.word_bonus), "--oov-penalty", str(args.oov_penalty)] if args.word_lm else [])],
+         *lm_argv(args)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

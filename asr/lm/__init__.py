@@ -21,7 +21,7 @@ from asr.lm.words import (DEFAULT_OOV_PENALTY, DEFAULT_WORD_BONUS, DEFAULT_WORD_
 
 __all__ = ["DEFAULT_LENGTH_BONUS", "DEFAULT_LM_ORDER", "DEFAULT_LM_WEIGHT", "DEFAULT_OOV_PENALTY",
            "DEFAULT_WORD_BONUS", "DEFAULT_WORD_LM_ORDER", "DEFAULT_WORD_LM_WEIGHT", "Fusion", "FusionSum", "NgramLM",
-           "ShallowFusion", "WordFusion", "add_lm_arguments", "fusion_from_args", "lm_path", "load_arpa",
+           "ShallowFusion", "WordFusion", "add_lm_arguments", "fusion_from_args", "lm_argv", "lm_path", "load_arpa",
            "load_token_lm", "load_word_lm", "save_arpa", "save_word_lm", "token_names", "train_kneser_ney",
            "train_token_lm", "train_word_lm", "word_lm_path"]
 
@@ -88,6 +88,17 @@ def add_lm_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{word_lm_path('data/synth')}; alone or beside --lm")
     for flag, default, text in _SCORE_OPTIONS:
         parser.add_argument(flag, type=float, default=default, help=f"{text} (default {default})")
+
+
+def lm_argv(args: argparse.Namespace) -> list[str]:
+    """The command-line options that give another script the LMs ``args`` asks for (``add_lm_arguments``'
+    flags, the numeric ones from the same table); empty without ``--lm`` and ``--word-lm``."""
+    paths = [(flag, getattr(args, flag[2:].replace("-", "_"))) for flag in ("--lm", "--word-lm")]
+    argv = [part for flag, path in paths if path for part in (flag, str(path))]
+    if not argv:
+        return []
+    return argv + [part for flag, _, _ in _SCORE_OPTIONS
+                   for part in (flag, str(getattr(args, flag[2:].replace("-", "_"))))]
 
 
 def fusion_from_args(args: argparse.Namespace, tokenizer) -> Fusion | None:

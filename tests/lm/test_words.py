@@ -170,3 +170,16 @@ def test_fusion_from_args_builds_word_token_or_both(word_lm, tmp_path):
     assert both.sentence_score(sentence) == pytest.approx(
         sum(part.sentence_score(sentence) for part in both.parts), abs=1e-12)
     assert set(both.settings()) == {"order", "weight", "length_bonus", "word_lm"}
+
+
+def test_lm_argv_gives_another_script_the_same_lm_options():
+    from asr.lm import lm_argv
+
+    parser = argparse.ArgumentParser()
+    add_lm_arguments(parser)
+    assert lm_argv(parser.parse_args(["--lm-weight", "2"])) == []  # no LM file: nothing to pass on
+    for given in (["--lm", "t.arpa", "--lm-weight", "2", "--length-bonus", "-1"],
+                  ["--word-lm", "w.arpa", "--word-lm-weight", "0.6", "--oov-penalty", "0"],
+                  ["--lm", "t.arpa", "--word-lm", "w.arpa", "--word-bonus", "4"]):
+        args = parser.parse_args(given)
+        assert vars(parser.parse_args(lm_argv(args))) == vars(args), given
