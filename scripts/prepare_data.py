@@ -184,14 +184,16 @@ def main(argv: list[str] | None = None) -> None:
     tok = load_tokenizer(tok_dir)
     print(f"tokenizer: {type(tok).__name__} vocab_size={tok.vocab_size} blank={tok.blank_id} unk={tok.unk_id} "
           f"sos/eos={tok.sos_eos_id} -> {tok_dir}")
+    # One pass over the manifest for both LMs: the transcripts are small beside the n-gram tables built from them.
+    texts = [cut_text(c) for c in train] if args.lm_order or args.word_lm_order else []
     if args.lm_order:
         # ~5 s for the embedded corpus; memory and time grow with the distinct n-grams of the train text
         print(f"lm: counting {args.lm_order}-grams of the train transcripts ...", flush=True)
-        lm = train_token_lm((cut_text(c) for c in train), tok, args.lm_order)
+        lm = train_token_lm(texts, tok, args.lm_order)
         path = save_arpa(lm, lm_path(out, args.lm_order), token_names(tok))
         print(f"lm: {args.lm_order}-gram over tokens, {sum(lm.num_ngrams())} n-grams -> {path}")
     if args.word_lm_order:
-        word_lm, words = train_word_lm((cut_text(c) for c in train), args.word_lm_order)
+        word_lm, words = train_word_lm(texts, args.word_lm_order)
         path = save_word_lm(word_lm, words, word_lm_path(out, args.word_lm_order))
         print(f"lm: {args.word_lm_order}-gram over {len(words) - 1} words (the decoding lexicon), "
               f"{sum(word_lm.num_ngrams())} n-grams -> {path}")

@@ -50,18 +50,19 @@ def main(argv: list[str] | None = None) -> None:
         tok_dir = tok_path if tok_path.is_dir() else tok_path.parent
     start = time.perf_counter()
     with text.open(encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
-    if args.words:
-        out = Path(args.out) if args.out else word_lm_path(tok_dir.parent, args.order)
-        lm, names = train_word_lm(lines, args.order)
-        save_word_lm(lm, names, out)
-        unit = f"{len(names) - 1} words (<unk> included)"
-    else:
-        tok = load_tokenizer(tok_path)
-        out = Path(args.out) if args.out else lm_path(tok_dir.parent, args.order)
-        lm = train_token_lm(lines, tok, args.order)
-        save_arpa(lm, out, token_names(tok))
-        unit = f"{tok.vocab_size} tokens"
+        # the token LM counts the lines as they are read; the word LM keeps them once, to list its words first
+        lines = (line.strip() for line in f)
+        if args.words:
+            out = Path(args.out) if args.out else word_lm_path(tok_dir.parent, args.order)
+            lm, names = train_word_lm(lines, args.order)
+            save_word_lm(lm, names, out)
+            unit = f"{len(names) - 1} words (<unk> included)"
+        else:
+            tok = load_tokenizer(tok_path)
+            out = Path(args.out) if args.out else lm_path(tok_dir.parent, args.order)
+            lm = train_token_lm(lines, tok, args.order)
+            save_arpa(lm, out, token_names(tok))
+            unit = f"{tok.vocab_size} tokens"
     print(f"{args.order}-gram over {unit}: n-grams by order {lm.num_ngrams()} -> {out} "
           f"({time.perf_counter() - start:.1f} s)")
 
