@@ -13,8 +13,9 @@ Steps (each one reuses what earlier runs left):
     evaluation only);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~30 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
-    skipped when that run finished; a run of another corpus (its quickstart_corpus.json
-    differs) is left alone and a new timestamped run folder is trained beside it;
+    skipped when that run finished; a run of another corpus or recipe (its
+    quickstart_corpus.json differs: train split, tokenizer, profile or a file under conf/)
+    is left alone and a new timestamped run folder is trained beside it;
  3. average the best checkpoints (scripts/average_checkpoints.py);
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
@@ -69,9 +70,10 @@ def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
     return all((data_dir / name).exists() for name in CORPUS_FILES) and corpus_profile(data_dir) == profile
 
 
-# Written into the run folder when training starts: what the run learns from. A finished or
-# interrupted run of another corpus (another profile, a rebuilt train split or tokenizer) is
-# never reused or resumed; the quickstart trains a new run beside it instead.
+# Written into the run folder when training starts: what the run learns from and with which
+# recipe. A finished or interrupted run of another corpus (another profile, a rebuilt train
+# split or tokenizer) or recipe (conf/) is never reused or resumed; the quickstart trains a
+# new run beside it instead.
 CORPUS_STAMP = "quickstart_corpus.json"
 
 

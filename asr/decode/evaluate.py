@@ -169,7 +169,7 @@ def evaluate_utterances(
         modes: a subset of :data:`asr.decode.MODES`.
         chunk_size, left_chunks, beam, ctc_weight, reverse_weight: as in ``decode_batch``.
         batch_seconds: audio per decoding batch (a longer utterance is decoded alone).
-        fusion: a token LM for the modes that take one (``FUSED_MODES``);
+        fusion: the language models (token, word or both) for the modes that take them (``FUSED_MODES``);
             the other modes decode without it, so a greedy row stays the acoustic baseline.
         progress: show a progress bar over the batches.
 

@@ -84,7 +84,8 @@ class StreamingRecognizer:
         left_chunks: chunks of attention memory, -1 for all.
         beam: CTC prefix beam width (also the n-best size for rescoring).
         ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
-        fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam and the rescoring (None: none).
+        fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam
+            and the rescoring (None: none).
         extractor: the feature extractor used in training (``num_frames``, ``min_samples``,
             ``shift_samples``, callable); default ``asr.data.features.FbankExtractor()``.
             Audio must be at its ``sample_rate``.
