@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
               "(scripts/prepare_data.py)", file=sys.stderr)
         return 2
     if not args.report_only and not (Path(args.data_dir) / eval_cfg.probe_cuts).is_file():
-        from asr.data.probes import build_probe_set
+        from asr.synth.probes import build_probe_set
 
         print(f"[ablate] building the length probe set in {args.data_dir} (once, ~1-2 min)")
         build_probe_set(args.data_dir)

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def scale(args: argparse.Namespace) -> None:
-    from asr.data.scale_bench import (
+    from asr.bench.scale_corpus import (
         HEADER, MODES, SCALE_BUCKET_BUFFER, build_scale_corpus, format_row, measure_in_fresh_process,
     )
 

@@ -40,11 +40,11 @@ from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.importers import IMPORTERS
 from asr.data.dataset import cut_text
 from asr.data.manifest import manifest_stats, read_cuts, write_cuts
-from asr.data.probes import PROBE_FILE, build_probe_set
+from asr.synth.probes import PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
-from asr.data.synth import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
+from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
-from asr.data.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
+from asr.synth.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 from asr.lm import (DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names,
                     train_token_lm, train_word_lm, word_lm_path)
 
@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices "
                         "(Hibari, Piper's joe), so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read "
                         "55%%. neural_hibari (default): neural with Hibari 80%% of the neural share "
-                        "(asr/data/synth.py PROFILES). "
+                        "(asr/synth/corpus.py PROFILES). "
                         "Dev, test and long are clean eSpeak under every profile")
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "

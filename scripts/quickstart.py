@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 sys.path.insert(0, str(ROOT))
 
-from asr.data.synth import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
-from asr.data.xengine import XENGINE_FILE  # noqa: E402
+from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
+from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 
 

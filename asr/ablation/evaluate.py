@@ -7,7 +7,7 @@ error line, the others still run):
 - test WER full context: attention rescoring and CTC greedy;
 - the streaming trade-off: test WER (CTC greedy) with chunk masks of 32, 16, 8 and
   4 frames, each with the same 64-frame memory (left chunks 2, 4, 8, 16);
-- length extrapolation: WER (CTC greedy) on the probe set (``asr.data.probes``:
+- length extrapolation: WER (CTC greedy) on the probe set (``asr.synth.probes``:
   20 passages by test voices at each of 5, 10, 20, 40, 80 and 160 s), full context
   and at C16/L4; a scheme whose learned table is shorter than a probe gets
   "n/a: longer than its table" for that length, not a failed run;
@@ -32,7 +32,7 @@ import torch
 
 from asr.ablation.results import last_line
 from asr.decode import ctc_greedy
-from asr.data.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
+from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
 from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances, load_utterances
 from asr.model.positions import TooLongForTable
 

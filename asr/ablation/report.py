@@ -19,7 +19,7 @@ from asr.ablation.stats import DEFAULT_REPLICATES
 from asr.ablation.evaluate import CHUNK_SWEEP, NOT_APPLICABLE, PROBE_CONTEXTS, WER_SETTINGS
 from asr.ablation.results import METRICS, SchemeResult
 from asr.data.features import FRAME_SHIFT_S
-from asr.data.probes import PROBE_LENGTHS
+from asr.synth.probes import PROBE_LENGTHS
 
 MISSING = "—"
 CHUNK_METRICS: dict[int, str] = {c: f"wer_chunk{c}" for c, _ in CHUNK_SWEEP}

@@ -1,2 +1,3 @@
-"""Data pipeline: Lhotse manifests and importers, the synthetic eSpeak corpus,
-audio loading, fbank features, tokenizers, augmentation and the Lightning DataModule."""
+"""Data pipeline every corpus runs through: Lhotse manifests and importers, Shar shards and the lazy
+loader, audio loading, fbank features, tokenizers, CMVN, augmentation, batching and the Lightning
+DataModule. The embedded synthetic corpus that feeds it lives in ``asr.synth``."""

@@ -37,31 +37,6 @@ def resample_int16(samples: np.ndarray, source_rate: int, target_rate: int) -> n
     return (wav.clamp(-1.0, 32767 / 32768) * 32768.0).round().to(torch.int16).numpy()
 
 
-# Formant scaling (asr.data.synth profiles) resamples to rates on this grid, so every (16 kHz,
-# rate) pair shares a large divisor (small sinc kernels) and there are few pairs (each cached).
-RESAMPLE_STEP_HZ = 400
-
-
-def draw_scale_rate(rng, scale_range: tuple[float, float]) -> int:
-    """A formant scale drawn uniformly from ``scale_range``, as the rate (Hz, on the 400 Hz grid)
-    that :func:`scale_frequencies` resamples to: 16000 / scale, rounded. One draw from ``rng``."""
-    scale = rng.uniform(*scale_range)
-    return round(SAMPLE_RATE / scale / RESAMPLE_STEP_HZ) * RESAMPLE_STEP_HZ
-
-
-def scale_frequencies(samples: np.ndarray, resample_hz: int) -> np.ndarray:
-    """(n,) int16 at 16 kHz -> (n * resample_hz / 16000,) int16 at 16 kHz, every frequency times
-    16000 / resample_hz.
-
-    Resampled to ``resample_hz`` and read back at 16 kHz: formants and pitch move together and the
-    duration stretches by the inverse, a longer or shorter vocal tract (0.8: about a man's from a
-    woman's). Callers that want the pitch or rate kept set them before, at synthesis.
-    """
-    if resample_hz == SAMPLE_RATE:
-        return samples.copy()
-    return resample_int16(samples, SAMPLE_RATE, resample_hz)
-
-
 class AudioError(ValueError):
     """A missing, unreadable or empty audio file. `reason` is a short key for skip counters."""
 

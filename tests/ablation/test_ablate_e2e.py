@@ -12,7 +12,7 @@ from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, Supervis
 
 from asr.ablation.results import METRIC_KEYS, METRICS, read_marker
 from asr.data.features import SAMPLE_RATE
-from asr.data.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
+from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
 from asr.data.tokenizer import write_char_units
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -42,7 +42,7 @@ def make_corpus(root: Path, seed: int = 0) -> Path:
             recordings.append(rec)
             supervisions.append(SupervisionSegment(key, key, 0.0, rec.duration, text=text))
         cuts = CutSet.from_manifests(RecordingSet.from_recordings(recordings), SupervisionSet.from_segments(supervisions))
-        if split == "probe":  # the probe ids are the cut ids, as asr.data.probes writes them
+        if split == "probe":  # the probe ids are the cut ids, as asr.synth.probes writes them
             cuts = cuts.modify_ids(lambda cut_id: cut_id.rsplit("-", 1)[0])
         cuts.to_file(root / (PROBE_FILE if split == "probe" else f"cuts_{split}.jsonl.gz"))
     write_char_units(texts, root / "tokenizer")

@@ -12,7 +12,7 @@ from asr.ablation.evaluate import NOT_APPLICABLE, EvalConfig, _measure, load_spl
 from asr.data.features import SAMPLE_RATE
 from asr.data.importers import make_cut, make_recording
 from asr.data.manifest import write_cuts
-from asr.data.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
+from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
 from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
 from asr.model.asr_model import build_asr_model
 

@@ -1,4 +1,5 @@
-"""Session fixtures: one tiny synthetic corpus (about a minute of audio) and its tokenizer."""
+"""Session fixtures of the pipeline tests: the tiny corpus (tests/conftest.py) as Shar shards, its texts and
+tokenizers."""
 
 from __future__ import annotations
 
@@ -9,23 +10,13 @@ import pytest
 import soundfile as sf
 import torch
 
-from asr.data.synth import SynthConfig, build_synth_corpus
 from asr.data.manifest import read_cuts
 from asr.data.tokenizer import train_sentencepiece, write_char_units
-
-TINY = dict(train_hours=0.012, dev_hours=0.002, test_hours=0.002, long_hours=0.005)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("synth")
-    build_synth_corpus(SynthConfig(str(out), seed=3, workers=1, **TINY), log=lambda *_: None)
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -64,20 +55,3 @@ def write_tone(path: Path, seconds: float, sr: int = 16000, channels: int = 1, f
     path.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(path), data, sr, subtype="PCM_16")
     return data
-
-
-@pytest.fixture
-def train_speakers():
-    """speakers(profile_name, count) -> the speaker labels of the first ``count`` train indices
-    that fall within the duration bounds (first attempt only), as the profile draws them."""
-    from asr.data import synth
-    from asr.data.sentences import sentence_rng
-
-    def speakers(profile_name: str, count: int) -> list[str]:
-        profile = synth.PROFILES[profile_name]
-        assert not profile.is_clean and profile.for_split("test").is_clean  # only train is changed
-        synth._init_worker()
-        made = (synth._short_utterance(sentence_rng(0, "train", i, 0), "train", profile) for i in range(count))
-        return [m[1].voice for m in made if m is not None]
-
-    return speakers

@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from asr.data.synth import DEFAULT_PROFILE, PROFILES
+from asr.synth.corpus import DEFAULT_PROFILE, PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 

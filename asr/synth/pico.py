@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asr.data.audio import draw_scale_rate, scale_frequencies
+from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 
 PICO_LANGUAGES = ("en-US", "en-GB")
@@ -65,7 +65,7 @@ class PicoSynthesizer:
     Pico's output depends on what the engine said before (its excitation state carries over:
     the same sentence twice differs in most samples), so every utterance gets a fresh engine
     (~8 ms). ttspico frees about 70 KB less than an engine takes; the synth pool recycles its
-    workers (``asr.data.synth.WORKER_MAX_TASKS``) so a long build does not grow without bound.
+    workers (``asr.synth.corpus.WORKER_MAX_TASKS``) so a long build does not grow without bound.
     """
 
     def __init__(self) -> None:

@@ -1,8 +1,8 @@
 import re
 
-from asr.data.lexicon import ing_of, load_lexicon, past_of, plural_of, third_person_of
-from asr.data.sentences import SentenceGenerator, sentence_rng
-from asr.data.synth import SynthConfig
+from asr.synth.lexicon import ing_of, load_lexicon, past_of, plural_of, third_person_of
+from asr.synth.sentences import SentenceGenerator, sentence_rng
+from asr.synth.corpus import SynthConfig
 
 SPOKEN = re.compile(r"[a-z']+( [a-z']+)*")
 

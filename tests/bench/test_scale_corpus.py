@@ -7,7 +7,7 @@ import numpy as np
 from lhotse import CutSet
 
 from asr.data.manifest import manifest_stats, read_cuts
-from asr.data.scale_bench import HEADER, _scaled, _templates, build_scale_corpus, format_row, write_scale_shar
+from asr.bench.scale_corpus import HEADER, _scaled, _templates, build_scale_corpus, format_row, write_scale_shar
 from asr.data.shar import write_shar
 
 

@@ -1,4 +1,4 @@
-"""Word lists shipped as package data (`asr/data/resources/*.txt`) and English inflection.
+"""Word lists shipped as package data (`asr/synth/resources/*.txt`) and English inflection.
 
 Formats (one or more entries per line, `#` starts a comment line):
 nouns `word` or `word:plural` (`word:-` = no plural); verbs `base`, `base:past` or
@@ -42,7 +42,7 @@ class Lexicon:
 
 def _entries(filename: str) -> list[str]:
     """Whitespace-separated entries of one resource file, first occurrence wins."""
-    text = resources.files("asr.data").joinpath("resources").joinpath(filename).read_text("utf-8")
+    text = resources.files("asr.synth").joinpath("resources").joinpath(filename).read_text("utf-8")
     seen: dict[str, str] = {}
     for line in text.splitlines():
         if line.startswith("#"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from asr.data.lexicon import Lexicon, load_lexicon
+from asr.synth.lexicon import Lexicon, load_lexicon
 from asr.data.text import (
     MONTHS, WEEKDAYS, normalize_text, number_to_words, ordinal_words, time_words, year_words,
 )

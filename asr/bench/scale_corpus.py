@@ -162,7 +162,7 @@ def measure(mode: str, path: Path, tokenizer: str, workers: int, batches: int, m
 
 def measure_in_fresh_process(mode: str, path: Path, tokenizer: str, workers: int, batches: int,
                              max_duration: float, bucket_buffer: int = SCALE_BUCKET_BUFFER) -> dict:
-    cmd = [sys.executable, "-m", "asr.data.scale_bench", mode, str(path), tokenizer, str(workers), str(batches),
+    cmd = [sys.executable, "-m", "asr.bench.scale_corpus", mode, str(path), tokenizer, str(workers), str(batches),
            str(max_duration), str(bucket_buffer)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:

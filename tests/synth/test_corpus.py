@@ -4,9 +4,9 @@ import json
 import pytest
 
 from asr.data.manifest import read_cuts
-from asr.data import synth
-from asr.data.synth import SynthConfig, SynthProfile, build_synth_corpus
-from asr.data.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
+from asr.synth import corpus
+from asr.synth.corpus import SynthConfig, SynthProfile, build_synth_corpus
+from asr.synth.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
 
 SMALL = dict(train_hours=0.004, dev_hours=0.0, test_hours=0.0, long_hours=0.0)
 
@@ -87,8 +87,8 @@ def test_a_missing_engine_is_reported_before_synthesis(tmp_path, monkeypatch, mo
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_module)
-    monkeypatch.setattr(synth, "start_pool", lambda workers: pytest.fail("synthesis started"))
-    cfg = synth.SynthConfig(str(tmp_path), train_hours=0.001, dev_hours=0, test_hours=0, long_hours=0,
+    monkeypatch.setattr(corpus, "start_pool", lambda workers: pytest.fail("synthesis started"))
+    cfg = corpus.SynthConfig(str(tmp_path), train_hours=0.001, dev_hours=0, test_hours=0, long_hours=0,
                             workers=1, profile=profile)
     with pytest.raises(RuntimeError, match=advice):
-        synth.build_synth_corpus(cfg)
+        corpus.build_synth_corpus(cfg)

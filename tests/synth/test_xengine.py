@@ -11,7 +11,7 @@ import soundfile as sf
 from asr.data.dataset import cut_text
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import read_cuts
-from asr.data.xengine import XENGINE_FILE, build_xengine_split, render_flite
+from asr.synth.xengine import XENGINE_FILE, build_xengine_split, render_flite
 
 
 def _copy_corpus(tiny_corpus, tmp_path):

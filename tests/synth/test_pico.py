@@ -8,14 +8,14 @@ import random
 import numpy as np
 import pytest
 
-from asr.data import pico, synth
-from asr.data.audio import RESAMPLE_STEP_HZ, draw_scale_rate, scale_frequencies
+from asr.synth import corpus, pico
+from asr.synth.formants import RESAMPLE_STEP_HZ, draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
-from asr.data.pico import (
+from asr.synth.pico import (
     FORMANT_SCALE_RANGE, PICO_LANGUAGES, PITCH_PERCENT_RANGE, RATE_PERCENT_RANGE, PicoVoice,
     draw_pico_voice,
 )
-from asr.data.sentences import sentence_rng
+from asr.synth.sentences import sentence_rng
 
 pytest.importorskip("ttspico", reason="SVOX Pico (pip install ttspico) is what these tests exercise")
 
@@ -84,20 +84,20 @@ def test_pico_profile_mixes_both_engines_in_train_only(train_speakers):
     share = sum(s.startswith("pico-") for s in speakers) / len(speakers)
     assert 0.25 < share < 0.55, share  # 0.4 asked; 120 draws
     # the same index gives the same utterance: text, speaker and samples
-    profile = synth.PROFILES["pico"]
-    a = synth._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
-    b = synth._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
+    profile = corpus.PROFILES["pico"]
+    a = corpus._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
+    b = corpus._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
     assert a[0] == b[0] and a[1] == b[1]
     np.testing.assert_array_equal(a[2], b[2])
 
 
 def test_clean_profile_draws_are_untouched_by_the_pico_option():
     """Profiles without a Pico share draw nothing for it: their corpora stay as they were."""
-    synth._init_worker()
-    clean = synth._short_utterance(sentence_rng(0, "train", 5, 0), "train", synth.CLEAN_PROFILE)
+    corpus._init_worker()
+    clean = corpus._short_utterance(sentence_rng(0, "train", 5, 0), "train", corpus.CLEAN_PROFILE)
     rng = sentence_rng(0, "train", 5, 0)
-    text = synth._GEN(rng)
-    voice = synth.draw_voice(rng, "train", False)
+    text = corpus._GEN(rng)
+    voice = corpus.draw_voice(rng, "train", False)
     assert (clean[0], clean[1]) == (text, voice)
 
 
@@ -121,14 +121,14 @@ def test_draw_scale_rate_is_on_the_grid_and_covers_the_range():
 
 
 def test_espeak_formant_scale_changes_the_sound_not_the_words():
-    synth._init_worker()
-    scaled = synth.PROFILES["pico_scaled"]
+    corpus._init_worker()
+    scaled = corpus.PROFILES["pico_scaled"]
     plain = dataclasses.replace(scaled, espeak_formant_scale=None)
-    assert plain == synth.PROFILES["pico"] and not scaled.is_clean and scaled.for_split("dev").is_clean
+    assert plain == corpus.PROFILES["pico"] and not scaled.is_clean and scaled.for_split("dev").is_clean
     checked = 0
     for index in range(12):
-        a = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", scaled)
-        b = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", plain)
+        a = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", scaled)
+        b = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", plain)
         if a is None or b is None or a[1].voice.startswith("pico-"):
             continue
         assert a[0] == b[0]  # same sentence

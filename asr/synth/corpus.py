@@ -2,7 +2,7 @@
 
 Determinism: every utterance is a pure function of (seed, split, index). Its
 sentence, voice and eSpeak noise seed come from `sentence_rng`, and eSpeak starts
-from pristine state for every sentence (see `asr.data.espeak`). Utterances are accepted strictly in index order until a
+from pristine state for every sentence (see `asr.synth.espeak`). Utterances are accepted strictly in index order until a
 split reaches its hours, so the pool size never changes the result.
 """
 
@@ -22,19 +22,20 @@ import torch
 from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
-from asr.data.audio import draw_scale_rate, float_to_int16, resample_int16, scale_frequencies
-from asr.data.conditions import ConditionRanges, apply_conditions, draw_conditions
-from asr.data.espeak import EspeakSynthesizer
+from asr.data.audio import float_to_int16, resample_int16
+from asr.synth.formants import draw_scale_rate, scale_frequencies
+from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
+from asr.synth.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
-from asr.data.sentences import SentenceGenerator, sentence_rng
-from asr.data.neural_tts import NeuralSynthesizer, NeuralVoice, draw_neural_voice
-from asr.data.pico import PicoSynthesizer, PicoVoice, draw_pico_voice
-from asr.data.voices import VoiceSetting, check_voices_exist, draw_voice
+from asr.synth.sentences import SentenceGenerator, sentence_rng
+from asr.synth.neural_tts import NeuralSynthesizer, NeuralVoice, draw_neural_voice
+from asr.synth.pico import PicoSynthesizer, PicoVoice, draw_pico_voice
+from asr.synth.voices import VoiceSetting, check_voices_exist, draw_voice
 
 SPLITS = ("train", "dev", "test", "long")
 # Synthesis workers are replaced after this many utterances: SVOX Pico leaks ~70 KB an
-# utterance (asr.data.pico); eSpeak and Pico start every utterance from fresh state, so
+# utterance (asr.synth.pico); eSpeak and Pico start every utterance from fresh state, so
 # which worker makes an utterance never changes it.
 WORKER_MAX_TASKS = 2000
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
@@ -47,7 +48,7 @@ class SynthProfile:
     unseen-voice test measures the same thing under every profile."""
 
     varied_voices: bool  # VARIED_EXTRA_VARIANTS too, wider rate/pitch, intonation range, word gaps
-    conditions: ConditionRanges | None  # rooms, noise, channel, level (asr.data.conditions)
+    conditions: ConditionRanges | None  # rooms, noise, channel, level (asr.synth.conditions)
     # Silence before and after the sentence, each drawn from this range (seconds). eSpeak starts
     # speaking at the first sample and stops at the last; recordings and other engines do not
     # (flite: 170-250 ms before, 70-150 ms after), and a model that never heard silence says
@@ -59,15 +60,15 @@ class SynthProfile:
     # by 5 and doubled the deviations (a run stopped at 94% dev WER at step 760). At -90 dB the
     # int16 rounding still leaves mostly zeros, like flite's rms voice (floor at -86 dB).
     noise_floor_db: tuple[float, float] = (-90.0, -45.0)
-    # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.data.pico):
+    # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.synth.pico):
     # another engine's phones, with speakers made by formant scaling.
     pico_share: float = 0.0
-    # This share is read by the neural voices (asr.data.neural_tts: Hibari and Piper's joe, each
+    # This share is read by the neural voices (asr.synth.neural_tts: Hibari and Piper's joe, each
     # trained on a person's recordings), speakers again made by formant scaling.
     neural_share: float = 0.0
     neural_hibari_weight: float = 0.5  # of the neural share, Hibari's part (the rest: Piper's joe)
     # eSpeak's utterances get their formants (and pitch) scaled by a factor drawn from this range
-    # (asr.data.audio.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
+    # (asr.synth.formants.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
     # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
     espeak_formant_scale: tuple[float, float] | None = None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import soundfile as sf
 
-from asr.data.probes import PROBE_FILE, build_probe_set
-from asr.data.voices import split_voices
+from asr.synth.probes import PROBE_FILE, build_probe_set
+from asr.synth.voices import split_voices
 
 
 def _content(cuts, root):

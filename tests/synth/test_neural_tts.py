@@ -7,14 +7,14 @@ import random
 import numpy as np
 import pytest
 
-from asr.data import neural_tts, synth
-from asr.data.audio import RESAMPLE_STEP_HZ
+from asr.synth import corpus, neural_tts
+from asr.synth.formants import RESAMPLE_STEP_HZ
 from asr.data.features import SAMPLE_RATE
-from asr.data.neural_tts import (
+from asr.synth.neural_tts import (
     FORMANT_SCALE_RANGE, HIBARI_ACCENTS, NEURAL_ENGINES, SPEED_RANGE, NeuralVoice, draw_neural_voice,
     seeded_noise_graph,
 )
-from asr.data.sentences import sentence_rng
+from asr.synth.sentences import sentence_rng
 
 onnx = pytest.importorskip("onnx", reason="the Piper graph rewrite is ONNX")
 ort = pytest.importorskip("onnxruntime", reason="the voices run on ONNX Runtime")
@@ -137,15 +137,15 @@ def test_speed_and_formant_scale_change_the_duration(engine):
 
 def test_neural_profile_mixes_three_engines_in_train_only(train_speakers):
     _synthesizer()
-    profile = synth.PROFILES["neural"]
+    profile = corpus.PROFILES["neural"]
     speakers = train_speakers("neural", 100)
     neural = sum(s.startswith(("hibari-", "piper-")) for s in speakers) / len(speakers)
     pico = sum(s.startswith("pico-") for s in speakers) / len(speakers)
     assert 0.2 < neural < 0.5 and 0.05 < pico < 0.3, (neural, pico)  # 0.35 and 0.15 asked; 100 draws
     # an index is one utterance: text, speaker and samples
     for index in range(6):
-        a = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", profile)
-        b = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", profile)
+        a = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", profile)
+        b = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", profile)
         assert (a is None) == (b is None)
         if a is not None:
             assert a[0] == b[0] and a[1] == b[1]
@@ -155,11 +155,11 @@ def test_neural_profile_mixes_three_engines_in_train_only(train_speakers):
 def test_pico_profiles_draw_as_before_the_neural_option():
     """One uniform picks the engine; a profile with Pico alone reads it the way it did before."""
     pytest.importorskip("ttspico")
-    synth._init_worker()
+    corpus._init_worker()
     for index in range(8):
         rng = sentence_rng(0, "train", index, 0)
-        text = synth._GEN(rng)
-        picked_pico = rng.random() < synth.PROFILES["pico"].pico_share
-        made = synth._short_utterance(sentence_rng(0, "train", index, 0), "train", synth.PROFILES["pico"])
+        text = corpus._GEN(rng)
+        picked_pico = rng.random() < corpus.PROFILES["pico"].pico_share
+        made = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", corpus.PROFILES["pico"])
         if made is not None:
             assert made[0] == text and made[1].voice.startswith("pico-") == picked_pico

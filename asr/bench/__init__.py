@@ -1,0 +1,1 @@
+"""Corpus makers and measurements used only by the benchmark scripts (scripts/bench_*.py)."""

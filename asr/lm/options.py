@@ -1,0 +1,60 @@
+"""The decoding scripts' language-model options: one flag table for ``--lm`` and ``--word-lm`` and their
+weights, parsed the same way by decode, stream, serve and bench_serve, and turned into a fusion."""
+
+from __future__ import annotations
+
+import argparse
+
+from asr.lm.fusion import Fusion, FusionSum, ShallowFusion
+from asr.lm.token_lm import DEFAULT_LENGTH_BONUS, DEFAULT_LM_WEIGHT, lm_path, load_token_lm, token_names
+from asr.lm.words import (DEFAULT_OOV_PENALTY, DEFAULT_WORD_BONUS, DEFAULT_WORD_LM_WEIGHT, WordFusion, load_word_lm,
+                          word_lm_path)
+
+# (flag, default, help) of the numeric options of both language models
+_SCORE_OPTIONS = (
+    ("--lm-weight", DEFAULT_LM_WEIGHT, "token LM log-probability scale (tuned on eSpeak dev)"),
+    ("--length-bonus", DEFAULT_LENGTH_BONUS, "score per token with the token LM, against its pull towards short "
+                                             "outputs"),
+    ("--word-lm-weight", DEFAULT_WORD_LM_WEIGHT, "word LM log-probability scale (tuned on eSpeak dev with --lm at "
+                                                 "its defaults)"),
+    ("--word-bonus", DEFAULT_WORD_BONUS, "score per completed word with the word LM"),
+    ("--oov-penalty", DEFAULT_OOV_PENALTY, "paid once by a word that leaves the word LM's lexicon (0: no lexicon)"),
+)
+
+
+def add_lm_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--lm``, ``--lm-weight``, ``--length-bonus`` (token LM) and ``--word-lm``, ``--word-lm-weight``,
+    ``--word-bonus``, ``--oov-penalty`` (word LM and lexicon): the same options in every decoding script."""
+    parser.add_argument("--lm", help="token n-gram LM (ARPA) to fuse into the CTC beam and the rescoring, e.g. "
+                        f"{lm_path('data/synth')} (scripts/prepare_data.py writes it)")
+    parser.add_argument("--word-lm", help="word n-gram LM (ARPA with <unk>) whose vocabulary is the lexicon, e.g. "
+                        f"{word_lm_path('data/synth')}; alone or beside --lm")
+    for flag, default, text in _SCORE_OPTIONS:
+        parser.add_argument(flag, type=float, default=default, help=f"{text} (default {default})")
+
+
+def lm_argv(args: argparse.Namespace) -> list[str]:
+    """The command-line options that give another script the LMs ``args`` asks for (``add_lm_arguments``'
+    flags, the numeric ones from the same table); empty without ``--lm`` and ``--word-lm``."""
+    paths = [(flag, getattr(args, flag[2:].replace("-", "_"))) for flag in ("--lm", "--word-lm")]
+    argv = [part for flag, path in paths if path for part in (flag, str(path))]
+    if not argv:
+        return []
+    return argv + [part for flag, _, _ in _SCORE_OPTIONS
+                   for part in (flag, str(getattr(args, flag[2:].replace("-", "_"))))]
+
+
+def fusion_from_args(args: argparse.Namespace, tokenizer) -> Fusion | None:
+    """The fusion ``add_lm_arguments``' options ask for: the token LM, the word LM, both (their scores add),
+    or None without ``--lm`` and ``--word-lm``. Bad files or values raise ValueError / FileNotFoundError
+    with the reason."""
+    parts: list[Fusion] = []
+    if args.lm:
+        parts.append(ShallowFusion(load_token_lm(args.lm, tokenizer), args.lm_weight, args.length_bonus))
+    if getattr(args, "word_lm", None):
+        word_lm, words = load_word_lm(args.word_lm)
+        parts.append(WordFusion(word_lm, words, token_names(tokenizer), args.word_lm_weight, args.word_bonus,
+                                args.oov_penalty))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else FusionSum(tuple(parts))
