@@ -41,11 +41,14 @@ FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
 FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
-WINDOW_TYPES = ("povey", "hamming", "hanning", "rectangular", "blackman")
+WINDOW_TYPES = ("povey", "hamming", "hanning", "hann", "rectangular", "blackman")
+MEL_BANKS = ("kaldi", "librosa")
 BACKENDS = ("knf", "torchaudio")
-# Training extracts with torchaudio: a quarter of kaldi-native-fbank's CPU on whole utterances
-# (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader workers that
-# share the cores with the model. Both are within 4e-4 of the float64 frames.
+# Training extracts with torchaudio where it can: a quarter of kaldi-native-fbank's CPU on whole
+# utterances (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader
+# workers that share the cores with the model; both are within 4e-4 of the float64 frames.
+# torchaudio's Kaldi fbank has no librosa mel banks and no periodic "hann" window: options with
+# those train with kaldi-native-fbank (see training_backend).
 TRAINING_BACKEND = "torchaudio"
 
 
@@ -64,12 +67,15 @@ class FeatureConfig:
         low_freq: lowest mel-bank frequency, Hz.
         high_freq: highest mel-bank frequency, Hz; <= 0 is an offset from Nyquist
             (0: Nyquist, -400: 7600 Hz at 16 kHz).
-        window_type: one of :data:`WINDOW_TYPES`.
+        window_type: one of :data:`WINDOW_TYPES` ("hann": periodic, librosa's and NeMo's;
+            "hanning": Kaldi's symmetric one).
         preemphasis: pre-emphasis coefficient in [0, 1] (0: none).
         remove_dc_offset: subtract each window's mean before the FFT.
         dither: Gaussian dither added to the (scaled) samples; 0 is deterministic.
         sample_scale: samples in [-1, 1] are multiplied by this before the fbank (32768:
             int16 range, Kaldi's and Wenet's convention; 1: NeMo's).
+        mel_banks: "kaldi" (Kaldi's triangles on its mel scale) or "librosa" (librosa's and
+            NeMo's: Slaney's mel scale, each triangle scaled to unit area).
     """
 
     num_mel_bins: int = 80
@@ -82,6 +88,7 @@ class FeatureConfig:
     remove_dc_offset: bool = True
     dither: float = 0.0
     sample_scale: float = 32768.0
+    mel_banks: str = "kaldi"
 
     def __post_init__(self) -> None:
         nyquist = SAMPLE_RATE / 2
@@ -106,6 +113,8 @@ class FeatureConfig:
             raise ValueError(f"features.dither ({self.dither}) must be >= 0 (0: off).")
         if not self.sample_scale > 0.0:
             raise ValueError(f"features.sample_scale ({self.sample_scale}) must be > 0.")
+        if self.mel_banks not in MEL_BANKS:
+            raise ValueError(f"features.mel_banks {self.mel_banks!r} is not one of {list(MEL_BANKS)}.")
 
     @property
     def window_samples(self) -> int:
@@ -130,8 +139,16 @@ class FeatureConfig:
         mine, theirs = self.to_dict(), other.to_dict()
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
+    @property
+    def torchaudio_can(self) -> bool:
+        """torchaudio's Kaldi fbank computes these options (Kaldi mel banks, a Kaldi window)."""
+        return self.mel_banks == "kaldi" and self.window_type != "hann"
+
     def torchaudio_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``torchaudio.compliance.kaldi.fbank`` for these options."""
+        if not self.torchaudio_can:
+            raise ValueError(f"torchaudio's Kaldi fbank has no mel_banks={self.mel_banks!r} / "
+                             f"window_type={self.window_type!r}; use the knf backend.")
         return dict(
             num_mel_bins=self.num_mel_bins, frame_length=self.frame_length_ms, frame_shift=FRAME_SHIFT_MS,
             snip_edges=self.snip_edges, low_freq=self.low_freq, high_freq=self.high_freq,
@@ -157,13 +174,18 @@ class FeatureConfig:
         opts.mel_opts.num_bins = self.num_mel_bins
         opts.mel_opts.low_freq = self.low_freq
         opts.mel_opts.high_freq = self.high_freq
+        opts.mel_opts.is_librosa = self.mel_banks == "librosa"
         return opts
 
 
 LEGACY = FeatureConfig()
-# sherpa-onnx's FeatureExtractorConfig defaults, with samples left in [-1, 1] as it leaves them for
-# NeMo CTC models, the online format scripts/export.py --format sherpa-onnx writes.
-SHERPA = FeatureConfig(snip_edges=False, high_freq=-400.0, sample_scale=1.0)
+# What sherpa-onnx 2.0.1 computes for online NeMo CTC models, the format scripts/export.py
+# --format sherpa-onnx writes: NeMo's fbank through kaldi-native-fbank (librosa mel banks up to
+# Nyquist, periodic Hann window, no DC removal, centred frames) on samples in [-1, 1]. Not its
+# FeatureExtractorConfig defaults (Kaldi's, for Wenet models): found by probing its frontend
+# with a model that spells its input frames out as tokens (to 1e-4; issue 36 notes).
+SHERPA = FeatureConfig(snip_edges=False, low_freq=0.0, high_freq=0.0, window_type="hann",
+                       remove_dc_offset=False, sample_scale=1.0, mel_banks="librosa")
 PRESETS = {"legacy": LEGACY, "sherpa": SHERPA}  # conf/features/<name>.yaml
 
 
@@ -179,6 +201,11 @@ def load_feature_config(spec: str) -> FeatureConfig:
     if not path.is_file():
         raise ValueError(f"features {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file.")
     return FeatureConfig.from_dict(yaml.safe_load(path.read_text()))
+
+
+def training_backend(config: FeatureConfig) -> str:
+    """The backend training extracts ``config``'s frames with (:data:`TRAINING_BACKEND` when it can)."""
+    return TRAINING_BACKEND if config.torchaudio_can else "knf"
 
 
 def num_frames(config: FeatureConfig, n_samples: int) -> int:
@@ -222,6 +249,8 @@ class FbankExtractor:
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r} is not one of {list(BACKENDS)}.")
         self.config = config or LEGACY
+        if backend == "torchaudio":
+            self.config.torchaudio_kwargs()  # options torchaudio cannot compute: say so now
         self.backend = backend
         self.num_mel_bins = self.config.num_mel_bins
         self.window_samples = self.config.window_samples
