@@ -140,9 +140,7 @@ def check_exportable(model, features: FeatureConfig, chunk_size: int, left_chunk
             "its runtime would abort. Export a relative scheme (rel_xl, shaw, rel_bias, rope) or abs_sin.")
     if encoder.blocks[0].conv.kernel < 2:
         raise SherpaExportError("conv_kernel must be >= 2 (the conv cache would be empty).")
-    if tokenizer is None:
-        raise SherpaExportError("no tokenizer: tokens.txt (the symbols sherpa-onnx prints) needs the model's "
-                                "tokenizer; the checkpoint holds none and its tokenizer_path is gone.")
+    check_exportable_tokenizer(tokenizer)
     if int(tokenizer.vocab_size) != model.vocab_size:
         raise SherpaExportError(f"the tokenizer has {tokenizer.vocab_size} ids, the model {model.vocab_size}.")
     problems = sherpa_feature_problems(features)
@@ -308,3 +306,42 @@ class SherpaRunner:
             outs.append(out[0])
             start += lay.shift
         return np.concatenate(outs) if outs else np.zeros((0, lay.vocab_size), np.float32)
+
+
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: int, left_chunks: int
+                      ) -> tuple[Path, Path, SherpaLayout]:
+    """Load a training checkpoint, check that sherpa-onnx can run it as we do, write model.onnx + tokens.txt.
+
+    Raises :class:`SherpaExportError` (what sherpa-onnx cannot reproduce, named), or the
+    checkpoint's own loading errors.
+    """
+    from asr.train.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
+
+    checkpoint = read_checkpoint(ckpt_path)
+    tokenizer_path = checkpoint.get("hyper_parameters", {}).get("tokenizer_path")
+    if TOKENIZER_KEY not in checkpoint and not (tokenizer_path and Path(tokenizer_path).exists()):
+        check_exportable_tokenizer(None)
+    del checkpoint
+    model, tokenizer, cfg = load_model(ckpt_path)
+    features = FeatureConfig.from_dict(cfg.features)
+    check_exportable(model, features, chunk_size, left_chunks, tokenizer)
+    step = SherpaCtcStep(model, chunk_size, left_chunks)
+    model_path, tokens_path = export_sherpa_onnx(step, tokenizer, out_dir)
+    return model_path, tokens_path, step.layout
+
+
+def check_exportable_tokenizer(tokenizer) -> None:
+    if tokenizer is None:
+        raise SherpaExportError("no tokenizer: tokens.txt (the symbols sherpa-onnx prints) needs the model's "
+                                "tokenizer; the checkpoint holds none and its tokenizer_path is gone.")
+
+
+def run_commands(out_dir: str | Path, layout: SherpaLayout) -> list[str]:
+    """How to run an export with sherpa-onnx: a WebSocket server and a file decoder."""
+    out = Path(out_dir)
+    model, tokens = out / "model.onnx", out / "tokens.txt"
+    return [
+        f"sherpa-onnx-online-websocket-server --port=6006 --nemo-ctc-model={model} --tokens={tokens} "
+        f"--feat-dim={layout.input_dim} --model-type=nemo_ctc",
+        f"sherpa-onnx --nemo-ctc-model={model} --tokens={tokens} --feat-dim={layout.input_dim} some.wav",
+    ]
