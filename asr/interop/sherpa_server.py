@@ -14,6 +14,7 @@ import json
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def server_command(export_dir: str | Path, port: int, tail_s: float, feat_dim: i
                    max_batch: int = 32) -> list[str]:
     """The command serving ``export_dir`` on ``port``: endpointing off (finals comparable with offline
     decoding), ``tail_s`` of zeros after each stream so its last frames are decoded."""
-    folder = Path(export_dir)
+    folder = Path(export_dir).resolve()  # the server runs in a temporary folder
     binary = server_binary()
     if binary is None:
         raise FileNotFoundError(f"{SERVER_BINARY} is not installed (pip install sherpa-onnx-bin==2.0.1).")
@@ -51,8 +52,11 @@ def server_command(export_dir: str | Path, port: int, tail_s: float, feat_dim: i
 
 
 def start_server(command: list[str], port: int, timeout_s: float = 60.0) -> subprocess.Popen:
-    """Start the server and wait until it accepts connections on 127.0.0.1:``port``."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """Start the server and wait until it accepts connections on 127.0.0.1:``port``.
+
+    It runs in a temporary folder: it writes a log.txt into its working directory."""
+    workdir = tempfile.mkdtemp(prefix="sherpa_server_")
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=workdir)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
