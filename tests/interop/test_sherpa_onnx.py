@@ -279,3 +279,16 @@ def test_sherpa_onnx_websocket_server_serving_our_export_answers_a_loopback_clie
     assert len(session.replies) > 2 and session.finals  # partial results while streaming, then the final one
     got = symbols_to_ids(session.finals[-1].nbest[0]["tokens"], read_tokens(out / "tokens.txt"))
     assert got == want and len(want) > 10
+
+
+@pytest.mark.skipif(not sherpa_installed(), reason="pip install sherpa-onnx==2.0.1 (the dev extra)")
+def test_check_sherpa_script_reports_the_identical_fraction_and_both_wers(trained_export, tmp_path):
+    corpus, ckpt, out = trained_export
+    res = subprocess.run([sys.executable, str(ROOT / "scripts/check_sherpa.py"), "--checkpoint", str(ckpt),
+                          "--export-dir", str(out), "--cuts", str(corpus / "cuts_test.jsonl.gz"),
+                          "--json", str(tmp_path / "check.json")], capture_output=True, text=True, timeout=600,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "identical text 4/4 (100.00%)" in res.stdout and "WER ours (streaming CTC greedy)" in res.stdout
+    summary = json.loads((tmp_path / "check.json").read_text())["summary"]
+    assert summary["identical"] == summary["utterances"] == 4 and summary["wer_ours"] == summary["wer_sherpa"]
