@@ -13,7 +13,7 @@ log-probability below zero), which would otherwise turn into deletions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,10 @@ class Fusion(Protocol):
     def sentence_score(self, tokens: Sequence[int]) -> float: ...
 
     def settings(self) -> dict: ...
+
+    def with_words(self, words: Iterable[str]) -> Fusion:
+        """The same models with ``words`` (hotwords) added to the lexicon, if there is one."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class ShallowFusion:
     def settings(self) -> dict:
         return {"order": self.lm.order, "weight": self.weight, "length_bonus": self.length_bonus}
 
+    def with_words(self, words: Iterable[str]) -> ShallowFusion:
+        return self  # no lexicon: a token LM spells anything
+
 
 @dataclass(frozen=True)
 class FusionSum:
@@ -97,3 +104,7 @@ class FusionSum:
         for part in self.parts:
             merged.update(part.settings())
         return merged
+
+    def with_words(self, words: Iterable[str]) -> FusionSum:
+        words = frozenset(words)
+        return FusionSum(tuple(part.with_words(words) for part in self.parts))

@@ -25,6 +25,7 @@ Pure Python, like the rest of asr.lm.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -38,6 +39,11 @@ DEFAULT_WORD_LM_ORDER = 3
 DEFAULT_WORD_LM_WEIGHT = 0.3
 DEFAULT_WORD_BONUS = 1.0
 DEFAULT_OOV_PENALTY = 10.0
+
+
+def _prefixes(words: Iterable[str]) -> set[str]:
+    """Every non-empty beginning of every word (the words themselves included)."""
+    return {w[:k] for w in words for k in range(1, len(w) + 1)}
 
 
 def word_lm_path(data_dir: str | Path, order: int = DEFAULT_WORD_LM_ORDER) -> Path:
@@ -129,10 +135,28 @@ class WordFusion:
         if self._unk_id is None:
             raise ValueError(f"the word LM's vocabulary has no {UNK_WORD}")
         self._lexicon = {w for w in self._ids if w != UNK_WORD}
-        self._prefixes = {w[:k] for w in self._lexicon for k in range(1, len(w) + 1)}
+        self._prefixes = _prefixes(self._lexicon)
         # piece -> (starts a word, its letters)
         self._pieces = [(p.startswith(WORD_MARKER), p[len(WORD_MARKER):] if p.startswith(WORD_MARKER) else p)
                         for p in pieces]
+        self._with_words: dict[frozenset[str], WordFusion] = {}  # the last few hotword lexicons
+
+    def with_words(self, words: Iterable[str]) -> WordFusion:
+        """This model with ``words`` in its lexicon too (hotwords pay no OOV penalty; the LM itself scores a
+        word it never saw as ``<unk>``). Shares the LM; the last few word sets are kept."""
+        words = frozenset(words) - self._lexicon
+        if not words:
+            return self
+        hit = self._with_words.get(words)
+        if hit is None:
+            hit = copy.copy(self)
+            hit._lexicon = self._lexicon | words
+            hit._prefixes = self._prefixes | _prefixes(words)
+            hit._with_words = {}
+            if len(self._with_words) >= 16:
+                self._with_words.clear()
+            self._with_words[words] = hit
+        return hit
 
     def settings(self) -> dict:
         return {"word_lm": {"order": self.lm.order, "words": len(self._ids), "weight": self.weight,
