@@ -215,6 +215,13 @@ class HotwordCompiler:
         return biasing
 
 
+def resolve(compiler: HotwordCompiler, hotwords: Biasing | Iterable[str | Entry] | None) -> Biasing | None:
+    """A compiled list as it is, a list of entries compiled (None or empty: None)."""
+    if hotwords is None or isinstance(hotwords, Biasing):
+        return hotwords
+    return compiler.compile(hotwords)
+
+
 def add_hotword_arguments(parser: argparse.ArgumentParser) -> None:
     """``--hotwords FILE``, ``--hotword-score S`` and ``--hotword-rescore-weight W``: the same in every script."""
     parser.add_argument("--hotwords", help="hotword file: one phrase a line, 'phrase:score' for its own score per "
