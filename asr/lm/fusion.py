@@ -46,12 +46,12 @@ class ShallowFusion:
     """A language model and how much it counts.
 
     Args:
-        lm: the token n-gram model (its ids are the ASR model's).
+        lm: the token n-gram model (its ids are the ASR model's): ``NgramLM`` or ``KenLMNgram``.
         weight: scale of the LM log-probability (>= 0; 0 turns the LM off).
         length_bonus: added per token (any finite value).
     """
 
-    lm: NgramLM
+    lm: NgramLM  # or asr.lm.kenlm_backend.KenLMNgram: the same scoring interface
     weight: float
     length_bonus: float = 0.0
 
