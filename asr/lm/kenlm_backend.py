@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from asr.lm.ngram import BOS, CACHE_ENTRIES
+from asr.lm.ngram import BOS, CACHE_ENTRIES, ngram_context
 
 LOG10 = math.log(10.0)
 BINARY_MAGIC = b"mmap lm "  # the first bytes of every KenLM binary
@@ -73,12 +73,7 @@ class KenLMNgram:
 
     def context(self, history: Sequence[int]) -> tuple[int, ...]:
         """The last order - 1 ids of <s> + history (as ``NgramLM.context``)."""
-        n = self.order - 1
-        if n == 0:
-            return ()
-        if len(history) >= n:
-            return tuple(history[-n:])
-        return (BOS, *history)
+        return ngram_context(self.order, history)
 
     def _state(self, ctx: tuple[int, ...]):
         state = self._states.get(ctx)
@@ -130,7 +125,9 @@ def load_kenlm_token_lm(path: str | Path, tokenizer) -> KenLMNgram:
     if tokenizer.sos_eos_id != len(names) - 1:
         raise ValueError(f"the tokenizer's <sos/eos> ({tokenizer.sos_eos_id}) is not its last id")
     lm = KenLMNgram(path, names)
-    unscored = [n for i, n in enumerate(names) if i != tokenizer.blank_id and n != "</s>" and not lm.known(n)]
+    # KenLM always holds <unk> (its id 0, which `in` does not report)
+    unscored = [n for i, n in enumerate(names)
+                if i not in (tokenizer.blank_id, tokenizer.unk_id) and n != "</s>" and not lm.known(n)]
     if unscored:
         raise ValueError(f"{path}: the tokenizer has {len(unscored)} units the language model cannot score "
                          f"({', '.join(map(repr, unscored[:5]))}); build the LM with this tokenizer")
@@ -139,7 +136,7 @@ def load_kenlm_token_lm(path: str | Path, tokenizer) -> KenLMNgram:
 
 def load_kenlm_word_lm(path: str | Path) -> tuple[KenLMNgram, list[str]]:
     """(lm, names) of a word LM through KenLM: the vocabulary from the ARPA text, or ``<file>.vocab`` for a binary."""
-    from asr.lm.words import UNK_WORD, arpa_vocabulary
+    from asr.lm.words import arpa_vocabulary, word_names
 
     path = Path(path)
     if is_kenlm_binary(path):
@@ -150,8 +147,5 @@ def load_kenlm_word_lm(path: str | Path) -> tuple[KenLMNgram, list[str]]:
         words = [w for w in vocab.read_text(encoding="utf-8").split() if w not in ("<s>", "</s>")]
     else:
         words = arpa_vocabulary(path)
-    if UNK_WORD not in words:
-        raise ValueError(f"{path}: the word LM has no {UNK_WORD}, so a word outside its vocabulary could not be "
-                         f"scored")
-    names = [*words, "</s>"]
+    names = word_names(path, words)
     return KenLMNgram(path, names), names

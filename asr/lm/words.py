@@ -96,13 +96,17 @@ def arpa_vocabulary(path: str | Path) -> list[str]:
     return words
 
 
-def load_word_lm(path: str | Path) -> tuple[NgramLM, list[str]]:
-    """(lm, names) from an ARPA word LM, ours or another tool's (its words become the lexicon)."""
-    words = arpa_vocabulary(path)
+def word_names(path: str | Path, words: Sequence[str]) -> list[str]:
+    """The id -> word table of a word LM with vocabulary ``words``: they, then </s>; refused without <unk>."""
     if UNK_WORD not in words:
         raise ValueError(f"{path}: the word LM has no {UNK_WORD} unigram, so a word outside its vocabulary could "
                          f"not be scored; build it with scripts/train_lm.py --words or add <unk>")
-    names = [*words, "</s>"]
+    return [*words, "</s>"]
+
+
+def load_word_lm(path: str | Path) -> tuple[NgramLM, list[str]]:
+    """(lm, names) from an ARPA word LM, ours or another tool's (its words become the lexicon)."""
+    names = word_names(path, arpa_vocabulary(path))
     return load_arpa(path, names), names
 
 

@@ -19,7 +19,7 @@ TEXTS = ["the cat sat on the mat", "a dog sat on a log", "the dog and the cat", 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    return load_tokenizer(write_char_units([string.ascii_lowercase], tmp_path_factory.mktemp("tok")))
+    return load_tokenizer(write_char_units([" ".join(string.ascii_lowercase)], tmp_path_factory.mktemp("tok")))
 
 
 @pytest.fixture(scope="module")
