@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 ROOT = 0
+MEMO_ENTRIES = 200_000  # memoized transitions kept per graph (~30 MB); cleared when full, like the LM caches
 
 
 class ContextGraph:
@@ -126,6 +127,8 @@ class ContextGraph:
         target = children[node].get(token, ROOT)
         nxt = self._state[target]
         result = (nxt, self._output[target] + self._potential[nxt] - self._potential[state])
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
         self._memo[key] = result
         return result
 

@@ -140,6 +140,9 @@ class WordFusion:
             raise ValueError(f"the word LM's vocabulary has no {UNK_WORD}")
         self._lexicon = {w for w in self._ids if w != UNK_WORD}
         self._prefixes = _prefixes(self._lexicon)
+        # hotwords (with_words) beside the LM's own lexicon: kept apart so adding them copies nothing big
+        self._extra_lexicon: frozenset[str] = frozenset()
+        self._extra_prefixes: frozenset[str] = frozenset()
         # piece -> (starts a word, its letters)
         self._pieces = [(p.startswith(WORD_MARKER), p[len(WORD_MARKER):] if p.startswith(WORD_MARKER) else p)
                         for p in pieces]
@@ -148,14 +151,14 @@ class WordFusion:
     def with_words(self, words: Iterable[str]) -> WordFusion:
         """This model with ``words`` in its lexicon too (hotwords pay no OOV penalty; the LM itself scores a
         word it never saw as ``<unk>``). Shares the LM; the last few word sets are kept."""
-        words = frozenset(words) - self._lexicon
+        words = frozenset(words) - self._lexicon - self._extra_lexicon
         if not words:
             return self
         hit = self._with_words.get(words)
         if hit is None:
             hit = copy.copy(self)
-            hit._lexicon = self._lexicon | words
-            hit._prefixes = self._prefixes | _prefixes(words)
+            hit._extra_lexicon = self._extra_lexicon | words
+            hit._extra_prefixes = self._extra_prefixes | _prefixes(words)
             hit._with_words = {}
             if len(self._with_words) >= 16:
                 self._with_words.clear()
@@ -204,13 +207,20 @@ class WordFusion:
             return 0.0
         word_id = self._ids.get(partial, self._unk_id)
         score = self.weight * self.lm.logprob(words, word_id) + self.word_bonus
-        if partial not in self._lexicon and partial in self._prefixes:
+        if not self._in_lexicon(partial) and self._is_prefix(partial):
             score -= self.oov_penalty
         return score
 
     def _leaves_lexicon(self, before: str, after: str) -> bool:
         """Whether the partial word ``after`` is the first that no lexicon word begins with."""
-        return bool(after) and after not in self._prefixes and (not before or before in self._prefixes)
+        return bool(after) and not self._is_prefix(after) and (not before or self._is_prefix(before))
+
+    def _in_lexicon(self, word: str) -> bool:
+        return word in self._lexicon or word in self._extra_lexicon
+
+    def _is_prefix(self, letters: str) -> bool:
+        """Whether some lexicon word (hotwords included) begins with ``letters``."""
+        return letters in self._prefixes or letters in self._extra_prefixes
 
     def token_score(self, history: Sequence[int], token: int) -> float:
         """What appending ``token`` after ``history`` adds: the word it ends, if any, and the OOV penalty."""
