@@ -7,7 +7,7 @@ import string
 import pytest
 
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
-from asr.decode.hotwords import (HotwordCompiler, HotwordError, HotwordLimits, as_entries, parse_entry,
+from asr.decode.hotwords import (DEFAULT_HOTWORD_SCORE, HotwordCompiler, HotwordError, HotwordLimits, as_entries, parse_entry,
                                  phrase_normalizer, read_hotwords)
 
 TEXTS = ["call anna at seven", "the new york office", "turn on the kitchen lights", "zentrova is a product",
@@ -76,7 +76,7 @@ def test_bad_lists_get_one_line_errors(char_tok):
 def test_untokenizable_characters_without_the_synth_alphabet(tmp_path):
     tok = load_tokenizer(write_char_units(["ABC DEF"], tmp_path))  # an uppercase corpus: no normalize_text
     compiler = HotwordCompiler(tok)
-    assert compiler.compile(["abc"]).phrases == (("ABC", 2.0),)  # folded to the tokenizer's case
+    assert compiler.compile(["abc"]).phrases == (("ABC", DEFAULT_HOTWORD_SCORE),)  # folded to the tokenizer's case
     with pytest.raises(HotwordError, match="cannot spell: X"):
         compiler.compile(["abx"])
 
