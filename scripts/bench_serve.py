@@ -96,7 +96,7 @@ def load_waves(args) -> list:
     return waves
 
 
-def offline_texts(args, waves, model, tokenizer, lists=None) -> list[str]:
+def offline_texts(args, waves, model, tokenizer, features=None, lists=None) -> list[str]:
     """The final text of each wave (with ``lists[i]`` as its hotwords when given)."""
     from asr.lm import fusion_from_args
     from asr.streaming.recognizer import StreamingRecognizer
@@ -105,7 +105,7 @@ def offline_texts(args, waves, model, tokenizer, lists=None) -> list[str]:
     texts = []
     for i, wave in enumerate(waves):
         rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
-                                  fusion=fusion, hotwords=lists[i] if lists else None)
+                                  fusion=fusion, features=features, hotwords=lists[i] if lists else None)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts
@@ -123,26 +123,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
 
-def chunk_end_samples(total: int, chunk_size: int, subsampling) -> list[int]:
-    """Sample counts at which each whole encoder chunk becomes computable."""
-    from asr.data.features import FbankExtractor
+def chunk_end_samples(total: int, chunk_size: int, subsampling, features=None) -> list[int]:
+    """Sample counts at which each whole encoder chunk becomes computable (``features``: the
+    model's ``FeatureConfig``, None: LEGACY)."""
+    from asr.data.features import samples_for_frames
 
-    fb = FbankExtractor()
     ends, k = [], 1
     while True:
         frames = subsampling.window + subsampling.rate * (k * chunk_size - 1)
-        samples = fb.min_samples + (frames - 1) * fb.shift_samples
+        samples = samples_for_frames(features, frames)
         if samples > total:
             return ends
         ends.append(samples)
         k += 1
 
 
-def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int) -> list[float]:
+def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int,
+                    features=None) -> list[float]:
     """Per chunk: first reply after the piece completing it was sent, minus that send time."""
     arrivals = sorted(r.received_at for r in session.replies if r.type in ("partial_result", "final_result"))
     out = []
-    for end in chunk_end_samples(wave_len, chunk_size, subsampling):
+    for end in chunk_end_samples(wave_len, chunk_size, subsampling, features):
         sent = next((t for s, t in session.sent_at if s * sample_rate >= end), None)
         reply = next((a for a in arrivals if sent is not None and a >= sent), None)
         if reply is not None:
@@ -181,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     waves = load_waves(args)
     print(f"{len(waves)} test utterances, {sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s; offline pass ...",
           flush=True)
+    from asr.data.features import FeatureConfig
     from asr.lm import lm_argv
     from asr.train.checkpoint import load_model
 
-    model, tokenizer, _ = load_model(args.checkpoint)
-    reference = offline_texts(args, waves, model, tokenizer)
+    model, tokenizer, cfg = load_model(args.checkpoint)
+    features = FeatureConfig.from_dict(cfg.features)
+    reference = offline_texts(args, waves, model, tokenizer, features)
     pool = []
     if args.hotword_pool:
         from asr.decode.hotwords import read_hotwords
@@ -213,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.counts:
             for lists in ([None, client_lists(pool, n, k)] if k else [None]):
                 expected = ([reference[i % len(waves)] for i in range(n)] if lists is None else
-                            offline_texts(args, [waves[i % len(waves)] for i in range(n)], model, tokenizer, lists))
+                            offline_texts(args, [waves[i % len(waves)] for i in range(n)], model, tokenizer,
+                                          features, lists))
                 cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
                 try:
                     chosen, sessions = asyncio.run(run_clients(uri, waves, n, args, lists))
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 cores = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
                 lat = [x for w, s in zip(chosen, sessions)
-                       for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE)]
+                       for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
                 same = sum(s.text == expected[i] for i, s in enumerate(sessions))
                 print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
                       f"{same}/{n} | {k if lists else 0} |", flush=True)
