@@ -85,6 +85,7 @@ class CtcPrefixBeamSearch:
     def _step(self, frame_lp: list[float], frame_ids: list[int]) -> None:
         nxt: dict[tuple[int, ...], list] = {}
         fusion, context = self.fusion, self.context
+        context_step = context.step if context is not None else None
 
         def add(prefix: tuple[int, ...], lm: float, ctx: int, bias: float, pb: float = NEG_INF,
                 pnb: float = NEG_INF) -> None:
@@ -104,8 +105,8 @@ class CtcPrefixBeamSearch:
                     continue
                 # fusion and context scores depend on the prefix alone, so merged paths share them
                 longer_lm = lm + fusion.token_score(prefix, tok) if fusion is not None else 0.0
-                if context is not None:
-                    longer_ctx, gain = context.step(ctx, tok)
+                if context_step is not None:
+                    longer_ctx, gain = context_step(ctx, tok)
                     longer_bias = bias + gain
                 else:
                     longer_ctx, longer_bias = ROOT, 0.0
