@@ -43,9 +43,14 @@ class ContextGraph:
     Args:
         phrases: (token ids, score per token) pairs; the ids are the ASR model's. Empty phrases
             are refused; a phrase given twice keeps its highest score.
+        provisional: share of the bonus a phrase being spelled holds before it completes (the potential
+            is scaled by it; a completed phrase always keeps its whole bonus). Below 1 the beam is pulled
+            less towards the beginnings of phrases that are not there.
     """
 
-    def __init__(self, phrases: Iterable[tuple[Sequence[int], float]]) -> None:
+    def __init__(self, phrases: Iterable[tuple[Sequence[int], float]], provisional: float = 1.0) -> None:
+        if not (math.isfinite(provisional) and 0.0 <= provisional <= 1.0):
+            raise ValueError(f"provisional ({provisional}) must lie in [0, 1]")
         best: dict[tuple[int, ...], float] = {}
         for tokens, score in phrases:
             tokens = tuple(int(t) for t in tokens)
@@ -76,7 +81,7 @@ class ContextGraph:
             own[node] = len(tokens) * score
         n = len(self._children)
         # Provisional bonus of being at a node: depth * best score ahead (0 at the root and at leaves).
-        self._potential = [self._depth[i] * ahead[i] if self._children[i] else 0.0 for i in range(n)]
+        self._potential = [provisional * self._depth[i] * ahead[i] if self._children[i] else 0.0 for i in range(n)]
         self._potential[ROOT] = 0.0
         # Fail arcs and output sums in breadth-first order (a node's fail is shallower, so done first).
         self._fail = [ROOT] * n

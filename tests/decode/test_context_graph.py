@@ -45,7 +45,8 @@ def test_running_and_final_scores_equal_brute_force(seed):
     rng = random.Random(seed)
     vocab = rng.choice([2, 3, 5])  # tiny vocabularies: many overlaps and repeats
     phrases = random_phrases(rng, vocab, rng.randint(1, 6), 4)
-    graph = ContextGraph(list(phrases.items()))
+    share = [1.0, 0.5, 0.0][seed % 3]  # the provisional share: the final score never depends on it
+    graph = ContextGraph(list(phrases.items()), provisional=share)
     for _ in range(5):
         tokens = [rng.randrange(vocab) for _ in range(rng.randint(0, 25))]
         state, running = ROOT, 0.0
@@ -53,8 +54,9 @@ def test_running_and_final_scores_equal_brute_force(seed):
             state, gain = graph.step(state, tok)
             running += gain
             prefix = tokens[:i + 1]
-            assert running == pytest.approx(brute_final(prefix, phrases) + brute_potential(prefix, phrases), abs=1e-9)
-            assert graph.potential(state) == pytest.approx(brute_potential(prefix, phrases), abs=1e-9)
+            potential = share * brute_potential(prefix, phrases)
+            assert running == pytest.approx(brute_final(prefix, phrases) + potential, abs=1e-9)
+            assert graph.potential(state) == pytest.approx(potential, abs=1e-9)
         assert running + graph.finish(state) == pytest.approx(brute_final(tokens, phrases), abs=1e-9)
         assert graph.sentence_score(tokens) == pytest.approx(brute_final(tokens, phrases), abs=1e-9)
 
@@ -95,6 +97,8 @@ def test_duplicate_phrases_keep_the_highest_score_and_bad_phrases_are_refused():
         ContextGraph([((), 1.0)])
     with pytest.raises(ValueError, match="finite"):
         ContextGraph([((1,), float("nan"))])
+    with pytest.raises(ValueError, match="provisional"):
+        ContextGraph([((1,), 1.0)], provisional=1.5)
 
 
 def test_empty_graph_scores_nothing():
