@@ -25,6 +25,12 @@ Usage:
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend onnx --onnx-model STEP.onnx
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --lm data/synth/lm/4gram.arpa.gz
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend sherpa-onnx --sherpa-export DIR
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 32 \
+        --hotwords-per-client 100 --hotword-pool data/synth_biasing/biasing/pool.txt
+
+--hotwords-per-client K: every N runs twice, without lists and then with each client sending its
+own K phrases (drawn from --hotword-pool, seeded by the client's index) in its start message;
+the offline reference decodes each client's utterance with the same list.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stagger-s", type=float, default=0.0,
                         help="start each client at a seeded random offset in [0, S) s (default 0: all at once)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
+    parser.add_argument("--hotwords-per-client", type=int, default=0,
+                        help="also run every N with each client sending this many hotwords (default 0: no lists)")
+    parser.add_argument("--hotword-pool", help="phrases to draw the clients' lists from, one a line")
     from asr.lm import add_lm_arguments
 
     add_lm_arguments(parser)  # passed on to the server; the offline reference fuses the same LM
@@ -80,6 +89,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--backend onnx and --onnx-model go together")
     if (args.backend == "sherpa-onnx") != bool(args.sherpa_export):
         parser.error("--backend sherpa-onnx and --sherpa-export go together")
+    if args.hotwords_per_client < 0 or (args.hotwords_per_client > 0) != bool(args.hotword_pool):
+        parser.error("--hotwords-per-client K (> 0) and --hotword-pool FILE go together")
+    if args.backend == "sherpa-onnx" and args.hotwords_per_client:
+        parser.error("--hotwords-per-client needs our server: sherpa-onnx's CTC server takes no per-connection "
+                     "hotwords")
     args.counts = counts
     return args
 
@@ -100,15 +114,16 @@ def load_waves(args) -> list:
     return waves
 
 
-def offline_texts(args, waves, model, tokenizer, features=None) -> list[str]:
+def offline_texts(args, waves, model, tokenizer, features=None, lists=None) -> list[str]:
+    """The final text of each wave (with ``lists[i]`` as its hotwords when given)."""
     from asr.lm import fusion_from_args
     from asr.streaming.recognizer import StreamingRecognizer
 
     fusion = fusion_from_args(args, tokenizer)
     texts = []
-    for wave in waves:
+    for i, wave in enumerate(waves):
         rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
-                                  fusion=fusion, features=features)
+                                  fusion=fusion, features=features, hotwords=lists[i] if lists else None)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts
@@ -156,6 +171,13 @@ def sherpa_final_text(tokens_txt: Path, tokenizer):
     return final_text
 
 
+def client_lists(pool: list[str], clients: int, size: int) -> list[list[str]]:
+    """Client i's hotword list: ``size`` phrases of ``pool`` drawn with seed i."""
+    if size > len(pool):
+        raise ValueError(f"the pool holds {len(pool)} phrases, {size} per client asked")
+    return [random.Random(i).sample(pool, size) for i in range(clients)]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
@@ -194,7 +216,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_clients(uri: str, waves, n: int, args):
+async def run_clients(uri: str, waves, n: int, args, lists=None):
     from asr.data.features import SAMPLE_RATE
     from asr.interop.sherpa_server import stream_to_sherpa
     from asr.serve.client import stream_audio
@@ -207,11 +229,13 @@ async def run_clients(uri: str, waves, n: int, args):
     rng = random.Random(n)
     offsets = [rng.uniform(0.0, args.stagger_s) for _ in chosen]
 
-    async def client(wave, offset):
+    async def client(wave, offset, hotwords):
         await asyncio.sleep(offset)
-        return await send(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True)
+        # sherpa-onnx's client takes no hotwords; ours sends a list only when the client has one
+        extra = {"hotwords": hotwords} if hotwords else {}
+        return await send(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True, **extra)
 
-    tasks = [client(w, o) for w, o in zip(chosen, offsets)]
+    tasks = [client(w, o, lists[i] if lists else None) for i, (w, o) in enumerate(zip(chosen, offsets))]
     sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
     return chosen, sessions
 
@@ -229,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
 
     model, tokenizer, cfg = load_model(args.checkpoint)
     features = FeatureConfig.from_dict(cfg.features)
+    pool = []
+    if args.hotword_pool:
+        from asr.decode.hotwords import read_hotwords
+
+        pool = [text for text, _ in read_hotwords(args.hotword_pool)]
     subsampling = model.encoder.subsampling
     if args.backend == "sherpa-onnx":
         server, uri, reference = start_sherpa(args, waves, model, tokenizer, features)
@@ -253,24 +282,29 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the server did not start: {line!r}", file=sys.stderr)
                 return 2
             uri = line.split()[2]
-        print("| clients | p50 latency ms | p95 latency ms | server CPU (cores) | finals == offline "
-              "| CPU per stream (cores) |")
-        print("|---|---|---|---|---|---|")
+        print("| clients | p50 latency ms | p95 latency ms | server CPU (cores) | finals == reference "
+              "| CPU per stream (cores) | hotwords per client |")
+        print("|---|---|---|---|---|---|---|")
+        k = args.hotwords_per_client
         for n in args.counts:
-            cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
-            try:
-                chosen, sessions = asyncio.run(run_clients(uri, waves, n, args))
-            except asyncio.TimeoutError:
-                print(f"| {n} | timed out after {args.max_seconds} s | | | |", flush=True)
-                continue
-            used = cpu_seconds(server.pid) - cpu0
-            cores = used / (time.perf_counter() - wall0)
-            per_stream = used / (sum(w.numel() for w in chosen) / SAMPLE_RATE)  # cores one real-time stream needs
-            lat = [x for w, s in zip(chosen, sessions)
-                   for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
-            same = sum(final_text(s) == reference[i % len(waves)] for i, s in enumerate(sessions))
-            print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
-                  f"{same}/{n} | {per_stream:.4f} |", flush=True)
+            for lists in ([None, client_lists(pool, n, k)] if k else [None]):
+                expected = ([reference[i % len(waves)] for i in range(n)] if lists is None else
+                            offline_texts(args, [waves[i % len(waves)] for i in range(n)], model, tokenizer,
+                                          features, lists))
+                cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
+                try:
+                    chosen, sessions = asyncio.run(run_clients(uri, waves, n, args, lists))
+                except asyncio.TimeoutError:
+                    print(f"| {n} | timed out after {args.max_seconds} s | | | | | {k if lists else 0} |", flush=True)
+                    continue
+                used = cpu_seconds(server.pid) - cpu0
+                cores = used / (time.perf_counter() - wall0)
+                per_stream = used / (sum(w.numel() for w in chosen) / SAMPLE_RATE)  # cores a real-time stream needs
+                lat = [x for w, s in zip(chosen, sessions)
+                       for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
+                same = sum(final_text(s) == expected[i] for i, s in enumerate(sessions))
+                print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
+                      f"{same}/{n} | {per_stream:.4f} | {k if lists else 0} |", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -20,6 +20,8 @@ Usage:
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
   python scripts/prepare_data.py --xengine                    # + test sentences read by flite (evaluation only)
+  python scripts/prepare_data.py --biasing                    # + the hotword biasing benchmark (rare words)
+  python scripts/prepare_data.py --biasing-only --biasing-dir data/synth_biasing   # it alone, from data/synth
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri \
@@ -86,6 +88,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also render the test and dev transcripts with flite's awb and rms voices into "
                         "cuts_xengine (test) and cuts_xengine_dev (another engine, for evaluation only; "
                         "skipped with a message when flite is absent)")
+    p.add_argument("--biasing", action="store_true",
+                   help="synth only: also build the hotword biasing benchmark (asr/synth/biasing.py: sentences with "
+                        "rare words absent from the train transcripts, read by test and dev voices, with "
+                        "per-utterance lists; ~360 utterances, a few minutes)")
+    p.add_argument("--biasing-only", action="store_true",
+                   help="build only the biasing benchmark from the existing corpus in --data-dir (nothing else "
+                        "there is touched when --biasing-dir points elsewhere)")
+    p.add_argument("--biasing-dir", default=None, help="where the biasing benchmark goes (default: the data dir)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -105,6 +115,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--lm-order ({args.lm_order}) must be >= 0 (0: no LM)")
     if args.word_lm_order < 0:
         p.error(f"--word-lm-order ({args.word_lm_order}) must be >= 0 (0: no word LM)")
+    if (args.biasing or args.biasing_only) and args.corpus != "synth":
+        p.error(f"--biasing builds sentences of the synth corpus; it has no meaning for --corpus {args.corpus}")
     if args.xengine and args.corpus != "synth":
         p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
                 f"for --corpus {args.corpus}")
@@ -155,10 +167,28 @@ def prepare_xengine(out: Path, force: bool) -> None:
         print(f"xengine ({split} sentences): {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {path}")
 
 
+def prepare_biasing(args: argparse.Namespace, out: Path) -> None:
+    """The biasing benchmark into --biasing-dir (default ``out``), its rare words checked against out's train text."""
+    from asr.synth.biasing import build_biasing_sets
+
+    train_path = out / "cuts_train.jsonl.gz"
+    if not train_path.is_file():
+        sys.exit(f"--biasing needs the train transcripts: {train_path} is missing (build the corpus first)")
+    dest = Path(args.biasing_dir or out)
+    built = build_biasing_sets(dest, (cut_text(c) for c in read_cuts(train_path, out, lazy=True)), seed=args.seed,
+                               workers=args.workers)
+    for split, cuts in built.items():
+        print(f"{split}: {len(cuts)} cuts, {sum(c.duration for c in cuts) / 3600:.2f} h -> {dest}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.data_dir or f"data/{args.corpus}")
     started = time.perf_counter()
+    if args.biasing_only:
+        prepare_biasing(args, out)
+        print(f"done in {time.perf_counter() - started:.1f} s")
+        return
     if args.corpus == "synth":
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
                           args.long_hours, args.workers, args.profile)
@@ -168,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")
         if args.xengine:
             prepare_xengine(out, args.force)
+        if args.biasing:
+            prepare_biasing(args, out)
     else:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)

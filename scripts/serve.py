@@ -12,6 +12,12 @@ Usage:
     python scripts/serve.py --checkpoint last.ckpt --host 0.0.0.0   # reachable from other machines
     python scripts/serve.py --checkpoint last.ckpt --backend onnx --onnx-model export/encoder_step.onnx
     python scripts/serve.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz   # + the token LM
+    python scripts/serve.py --checkpoint last.ckpt --hotwords names.txt   # every connection biased towards them
+
+Clients add their own hotwords in the start message ({"signal": "start", "hotwords": ["anna",
+"new york:3"]}); they are merged with --hotwords for that connection only. A list over
+--max-hotwords phrases or with a phrase over --max-hotword-chars characters gets
+{"status": "failed"} naming the limit.
 
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
@@ -33,6 +39,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, add_hotword_arguments,  # noqa: E402
+                                 read_hotwords)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 
 
@@ -53,6 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
     add_lm_arguments(parser)
+    add_hotword_arguments(parser)
+    parser.add_argument("--max-hotwords", type=int, default=DEFAULT_MAX_PHRASES,
+                        help=f"phrases a client may send in its start message (default {DEFAULT_MAX_PHRASES})")
+    parser.add_argument("--max-hotword-chars", type=int, default=DEFAULT_MAX_PHRASE_CHARS,
+                        help=f"characters in one of them (default {DEFAULT_MAX_PHRASE_CHARS})")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
@@ -94,9 +107,12 @@ def build_server(args: argparse.Namespace):
         ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
         chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features),
+        hotwords=read_hotwords(args.hotwords) if args.hotwords else (), hotword_score=args.hotword_score,
+        hotword_rescore_weight=args.hotword_rescore_weight,
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
-                          max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)
+                          max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,
+                          max_hotwords=args.max_hotwords, max_hotword_chars=args.max_hotword_chars)
     return AsrServer(recognizer, config)
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
+from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.wer import ErrorCounter
 from asr.lm.fusion import Fusion
 
@@ -164,6 +165,8 @@ def evaluate_utterances(
     batch_seconds: float = 100.0,
     progress: bool = False,
     fusion: Fusion | None = None,
+    biasing: Biasing | Mapping[str, Biasing | None] | None = None,
+    hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -174,6 +177,8 @@ def evaluate_utterances(
         batch_seconds: audio per decoding batch (a longer utterance is decoded alone).
         fusion: the language models (token, word or both) for the modes that take them (``FUSED_MODES``);
             the other modes decode without it, so a greedy row stays the acoustic baseline.
+        biasing: hotwords for the same modes: one list for every utterance, or one per utterance key
+            (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
         progress: show a progress bar over the batches.
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
@@ -196,11 +201,15 @@ def evaluate_utterances(
     for batch in batches:
         feats = torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in batch], batch_first=True)  # (B, T, F)
         lens = torch.tensor([utts[i].feats.size(0) for i in batch])  # (B,)
+        batch_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
+                         else [biasing.get(utts[i].key) for i in batch])
         for mode in modes:
             start = time.perf_counter()
+            fused = mode in FUSED_MODES
             ids = decode_batch(model, feats, lens, mode, beam=beam, chunk_size=chunk_size, left_chunks=left_chunks,
                                ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                               fusion=fusion if mode in FUSED_MODES else None)
+                               fusion=fusion if fused else None, biasing=batch_biasing if fused else None,
+                               hotword_rescore_weight=hotword_rescore_weight)
             seconds[mode] += time.perf_counter() - start
             for i, hyp in zip(batch, ids):
                 hyps[mode][i] = tokenizer.decode(hyp)
@@ -215,4 +224,7 @@ def evaluate_utterances(
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
                 "lm": None if fusion is None else fusion.settings()}
+    if biasing is not None:
+        settings["hotwords"] = {"per_utterance": not isinstance(biasing, Biasing),
+                                "rescore_weight": hotword_rescore_weight}
     return SplitResult(results, settings, audio_s, Counter(eval_set.skipped))

@@ -10,7 +10,8 @@ Bad clients get a ``{"status": "failed", "message": ...}`` reply and a close
 (code 1008), or a clean close: malformed JSON, unknown signals, audio before
 start, odd byte counts, audio arriving faster than it is decoded (backlog over
 ``max_backlog_s``: the per-connection memory bound), a reply queue that is not
-read, frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
+read, hotword lists over ``max_hotwords`` phrases or with a phrase over ``max_hotword_chars`` characters
+(or one the model cannot spell), frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
 connections over ``max_connections`` (code 1013). A client that disconnects
 mid-utterance just has its stream removed.
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from asr.decode.hotwords import DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, HotwordError, HotwordLimits
 from asr.serve.protocol import (
     End,
     ProtocolError,
@@ -59,6 +61,8 @@ class ServerConfig:
     max_nbest: int = 10
     max_queued_replies: int = 256
     close_timeout_s: float = 10.0  # wait for the client's close frame, then drop the TCP connection
+    max_hotwords: int = DEFAULT_MAX_PHRASES  # phrases in one start message's hotword list
+    max_hotword_chars: int = DEFAULT_MAX_PHRASE_CHARS  # characters in one of them
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
@@ -67,6 +71,7 @@ class ServerConfig:
             raise ValueError(f"close_timeout_s ({self.close_timeout_s}) must be > 0.")
         if self.max_backlog_s <= 0:
             raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
+        HotwordLimits(self.max_hotwords, self.max_hotword_chars)  # validates them
 
 
 class _Close:
@@ -169,7 +174,11 @@ class AsrServer:
             if session.stream is not None:
                 raise ProtocolError("start signal received twice on one connection")
             session.nbest, session.continuous = signal.nbest, signal.continuous_decoding
-            session.stream = self.recognizer.create_stream()
+            try:
+                HotwordLimits(self.config.max_hotwords, self.config.max_hotword_chars).check(signal.hotwords)
+                session.stream = self.recognizer.create_stream(hotwords=signal.hotwords)
+            except HotwordError as err:
+                raise ProtocolError(str(err)) from None
             self._sessions[session.stream] = session
             self._deliver(session, [server_ready()])
         elif isinstance(signal, End):
