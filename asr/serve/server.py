@@ -14,6 +14,11 @@ read, frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009)
 connections over ``max_connections`` (code 1013). A client that disconnects
 mid-utterance just has its stream removed.
 
+A client may declare the rate of its PCM in the URL (``ws://host:port/?sample_rate=16000``, as
+the page does); a rate other than the model's gets a ``failed`` reply and a close (1008)
+instead of being decoded as if it were the model's. With ``ServerConfig.web`` the same
+port also answers plain HTTP GETs with the microphone page (:mod:`asr.serve.pages`).
+
 A stream whose decoding fails (e.g. an ``abs_learned`` model past its position
 table under continuous decoding) gets ``{"status": "failed", "message": ...}``
 and a close (code 1011) while the other streams of the same round go on.
@@ -29,6 +34,9 @@ from dataclasses import dataclass
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from urllib.parse import parse_qs, urlsplit
+
+from asr.serve.pages import StaticPages
 from asr.serve.protocol import (
     End,
     ProtocolError,
@@ -59,6 +67,7 @@ class ServerConfig:
     max_nbest: int = 10
     max_queued_replies: int = 256
     close_timeout_s: float = 10.0  # wait for the client's close frame, then drop the TCP connection
+    web: bool = False  # also serve the microphone page (asr/serve/web) over HTTP on the same port
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
@@ -67,6 +76,15 @@ class ServerConfig:
             raise ValueError(f"close_timeout_s ({self.close_timeout_s}) must be > 0.")
         if self.max_backlog_s <= 0:
             raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
+
+
+def _declared_rate_error(path: str, expected: int) -> str | None:
+    """The refusal for a URL's ``sample_rate`` other than ``expected`` (None: none declared, or the same)."""
+    declared = parse_qs(urlsplit(path).query).get("sample_rate")
+    if declared is None or declared == [str(expected)]:
+        return None
+    return (f"sample_rate {', '.join(declared)} declared in the URL; this server decodes 16-bit PCM at "
+            f"{expected} Hz: resample to {expected} Hz and connect with ?sample_rate={expected}")
 
 
 class _Close:
@@ -111,9 +129,10 @@ class AsrServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> AsrServer:
+        pages = StaticPages(self.recognizer.extractor.sample_rate) if self.config.web else None
         self._server = await serve(
             self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes,
-            close_timeout=self.config.close_timeout_s,
+            close_timeout=self.config.close_timeout_s, process_request=pages and pages.process_request,
         )
         self._decoder = asyncio.create_task(self._decode_loop())
         return self
@@ -140,6 +159,11 @@ class AsrServer:
             self.rejected_connections += 1
             await ws.send(failed(f"server busy: {self.config.max_connections} connections already open"))
             await ws.close(CLOSE_BUSY, "too many connections")
+            return
+        wrong_rate = _declared_rate_error(ws.request.path, self.recognizer.extractor.sample_rate)
+        if wrong_rate:
+            await ws.send(failed(wrong_rate))
+            await ws.close(CLOSE_POLICY, "unexpected sample rate")
             return
         self._connections += 1
         session = _Session(ws, self.config.max_queued_replies)
