@@ -20,6 +20,8 @@ Usage:
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
   python scripts/prepare_data.py --xengine                    # + test sentences read by flite (evaluation only)
+  python scripts/prepare_data.py --capture                    # + test and dev through browser/network capture paths
+  python scripts/prepare_data.py --capture-only --data-dir data/synth   # just those two splits, nothing else
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri \
@@ -44,6 +46,7 @@ from asr.synth.probes import PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
+from asr.synth.capture import CAPTURE_SOURCES, build_capture_split, capture_file
 from asr.synth.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 from asr.lm import (DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names,
                     train_token_lm, train_word_lm, word_lm_path)
@@ -86,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also render the test and dev transcripts with flite's awb and rms voices into "
                         "cuts_xengine (test) and cuts_xengine_dev (another engine, for evaluation only; "
                         "skipped with a message when flite is absent)")
+    p.add_argument("--capture", action="store_true",
+                   help="also pass the test and dev utterances through capture paths (44.1/48 kHz round trips with "
+                        "and without anti-aliasing, gain control, noise suppression, telephone, MP3, clipping; one "
+                        "per utterance, fixed by the seed and cut id) into cuts_capture and cuts_capture_dev "
+                        "(evaluation only; asr/synth/capture.py)")
+    p.add_argument("--capture-only", action="store_true",
+                   help="build only the capture splits of an existing corpus (no synthesis, tokenizer, LM or CMVN)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -105,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--lm-order ({args.lm_order}) must be >= 0 (0: no LM)")
     if args.word_lm_order < 0:
         p.error(f"--word-lm-order ({args.word_lm_order}) must be >= 0 (0: no word LM)")
+    if (args.capture or args.capture_only) and args.corpus != "synth":
+        p.error("--capture passes the synth corpus's test and dev utterances through capture paths; "
+                f"it has no meaning for --corpus {args.corpus}")
     if args.xengine and args.corpus != "synth":
         p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
                 f"for --corpus {args.corpus}")
@@ -155,10 +168,27 @@ def prepare_xengine(out: Path, force: bool) -> None:
         print(f"xengine ({split} sentences): {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {path}")
 
 
+def prepare_capture(out: Path, seed: int, force: bool) -> None:
+    """The capture splits of the test and dev utterances, unless they exist."""
+    for split in CAPTURE_SOURCES:
+        path = out / capture_file(split)
+        if path.is_file() and not force:
+            print(f"capture: {path} exists (--force rebuilds it)")
+            continue
+        result = build_capture_split(out, source_split=split, seed=seed)
+        skipped = f", skipped {dict(result.skipped)}" if result.skipped else ""
+        print(f"capture ({split} utterances): {len(result.cuts)} cuts {dict(sorted(result.families.items()))}"
+              f"{skipped} -> {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.data_dir or f"data/{args.corpus}")
     started = time.perf_counter()
+    if args.capture_only:
+        prepare_capture(out, args.seed, args.force)
+        print(f"done in {time.perf_counter() - started:.1f} s")
+        return
     if args.corpus == "synth":
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
                           args.long_hours, args.workers, args.profile)
@@ -168,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")
         if args.xengine:
             prepare_xengine(out, args.force)
+        if args.capture:
+            prepare_capture(out, args.seed, args.force)
     else:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)
