@@ -129,7 +129,7 @@ class AsrServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> AsrServer:
-        pages = StaticPages(self.recognizer.extractor.sample_rate) if self.config.web else None
+        pages = StaticPages(self.recognizer.sample_rate) if self.config.web else None
         self._server = await serve(
             self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes,
             close_timeout=self.config.close_timeout_s, process_request=pages and pages.process_request,
@@ -160,7 +160,7 @@ class AsrServer:
             await ws.send(failed(f"server busy: {self.config.max_connections} connections already open"))
             await ws.close(CLOSE_BUSY, "too many connections")
             return
-        wrong_rate = _declared_rate_error(ws.request.path, self.recognizer.extractor.sample_rate)
+        wrong_rate = _declared_rate_error(ws.request.path, self.recognizer.sample_rate)
         if wrong_rate:
             await ws.send(failed(wrong_rate))
             await ws.close(CLOSE_POLICY, "unexpected sample rate")
