@@ -195,3 +195,45 @@ def test_capture_split_keeps_every_transcript_and_is_a_function_of_the_seed(tiny
     dev = build_capture_split(out, "dev", seed=0)
     assert (out / capture_file("dev")).is_file() and capture_file("dev") == "cuts_capture_dev.jsonl.gz"
     assert len(dev.cuts) == len(list(read_cuts(out / "cuts_dev.jsonl.gz", out)))
+
+
+# ---- the training side: capture paths baked into a profile's train split ---------------------
+
+
+def test_a_capture_profile_changes_only_the_audio_of_its_share(monkeypatch):
+    """Same sentence, voice and pre-capture audio as the profile without capture (its draws come last);
+    about capture_share of the utterances changed, each described with parameters from TRAIN_RANGES;
+    the same seed gives the same bytes."""
+    from asr.synth import corpus
+    from asr.synth.sentences import sentence_rng
+
+    corpus._init_worker()
+    plain = corpus.PROFILES["padded"]
+    captured = dataclasses.replace(plain, capture=TRAIN_RANGES, capture_share=0.5)
+    changed = 0
+    for index in range(16):
+        base = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", plain)
+        with_capture = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", captured)
+        again = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", captured)
+        if base is None:
+            assert with_capture is None
+            continue
+        assert with_capture[0] == base[0] and with_capture[1] == base[1]  # transcript and voice untouched
+        assert with_capture[2].shape == base[2].shape and np.array_equal(with_capture[2], again[2])
+        if with_capture[3] is None:
+            assert np.array_equal(with_capture[2], base[2])
+            continue
+        changed += 1
+        family = with_capture[3].split("(")[0]
+        assert family in TRAIN_RANGES.families and not np.array_equal(with_capture[2], base[2])
+    assert 3 <= changed <= 13
+
+
+def test_capture_share_needs_capture_ranges():
+    from asr.synth.corpus import SynthProfile
+
+    with pytest.raises(ValueError, match="capture_share"):
+        SynthProfile(varied_voices=False, conditions=None, capture_share=0.3)
+    with pytest.raises(ValueError, match="capture_share"):
+        SynthProfile(varied_voices=False, conditions=None, capture=TRAIN_RANGES, capture_share=1.5)
+    assert not SynthProfile(varied_voices=False, conditions=None, capture=TRAIN_RANGES, capture_share=0.3).is_clean
