@@ -29,8 +29,10 @@ everything that converts samples, frames and seconds imports these constants.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,12 @@ class FeatureConfig:
         dither: Gaussian dither added to the (scaled) samples; 0 is deterministic.
         sample_scale: samples in [-1, 1] are multiplied by this before the fbank (32768:
             int16 range, Kaldi's and Wenet's convention; 1: NeMo's).
+        noise_floor_dbfs: None: off. Else every mel energy gets the mean mel energy of white
+            noise at this RMS level (dBFS, full scale 1.0) added: what Kaldi's dither adds on
+            average, as a constant, so deterministic. Digital silence (exact zeros: a muted
+            microphone, padding) then gives the frames of a faint floor instead of
+            log(float eps) = -15.9 against ~+15 for speech, which no training audio has and
+            which drags the CMVN and online-CMN means (issue 38). See :func:`noise_floor_log_mel`.
     """
 
     num_mel_bins: int = 80
@@ -82,6 +90,7 @@ class FeatureConfig:
     remove_dc_offset: bool = True
     dither: float = 0.0
     sample_scale: float = 32768.0
+    noise_floor_dbfs: float | None = None
 
     def __post_init__(self) -> None:
         nyquist = SAMPLE_RATE / 2
@@ -106,6 +115,9 @@ class FeatureConfig:
             raise ValueError(f"features.dither ({self.dither}) must be >= 0 (0: off).")
         if not self.sample_scale > 0.0:
             raise ValueError(f"features.sample_scale ({self.sample_scale}) must be > 0.")
+        if self.noise_floor_dbfs is not None and not -150.0 <= self.noise_floor_dbfs <= -20.0:
+            raise ValueError(f"features.noise_floor_dbfs ({self.noise_floor_dbfs}) must be null (off) or in "
+                             f"[-150, -20] dBFS.")
 
     @property
     def window_samples(self) -> int:
@@ -181,6 +193,44 @@ def load_feature_config(spec: str) -> FeatureConfig:
     return FeatureConfig.from_dict(yaml.safe_load(path.read_text()))
 
 
+NOISE_FLOOR_SECONDS = 30.0  # of white noise averaged for the floor: 3000 frames, the narrowest bins within ~10%
+
+
+@lru_cache(maxsize=16)
+def _noise_floor(config: FeatureConfig) -> torch.Tensor:
+    import torchaudio.compliance.kaldi as kaldi
+
+    # Measured on unit-variance noise (far above the fbank's log(eps) clamp whatever the sample
+    # scale) and moved to the asked level: every step before the mel bank is linear, so mel
+    # energies scale with the noise power.
+    noise = torch.from_numpy(np.random.default_rng(0).standard_normal(int(NOISE_FLOOR_SECONDS * SAMPLE_RATE)))
+    plain = dataclasses.replace(config, noise_floor_dbfs=None, dither=0.0)
+    log_mel = kaldi.fbank(noise.unsqueeze(0), **plain.torchaudio_kwargs())  # (T, F) float64
+    sigma = 10.0 ** (config.noise_floor_dbfs / 20.0) * config.sample_scale
+    return torch.log(torch.exp(log_mel).mean(0)) + 2.0 * np.log(sigma)  # (F,)
+
+
+def noise_floor_log_mel(config: FeatureConfig) -> torch.Tensor | None:
+    """(F,) float64 log of the mean mel energies of white noise at ``config.noise_floor_dbfs`` (None: off).
+
+    Computed once per config from a fixed-seed noise (``NOISE_FLOOR_SECONDS``) through the
+    config's own fbank (window, pre-emphasis, DC removal, mel bank, sample scale), so it is
+    the floor a real faint noise gives in each bin, not a flat constant.
+    """
+    return None if config.noise_floor_dbfs is None else _noise_floor(config)
+
+
+def apply_noise_floor(log_mel: torch.Tensor, config: FeatureConfig) -> torch.Tensor:
+    """(..., T, F) log-mel -> log(mel + floor) per bin, in log-mel's dtype (unchanged when the floor is off).
+
+    Per frame and per bin, so streamed and whole-utterance frames stay the same numbers.
+    """
+    floor = noise_floor_log_mel(config)
+    if floor is None or log_mel.numel() == 0:
+        return log_mel
+    return torch.logaddexp(log_mel, floor.to(device=log_mel.device, dtype=log_mel.dtype))
+
+
 def num_frames(config: FeatureConfig, n_samples: int) -> int:
     """Frames produced by ``n_samples`` samples (0 below the window length)."""
     window = config.window_samples
@@ -247,7 +297,7 @@ class FbankExtractor:
 
             dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
             scaled = waveform.to(dtype).unsqueeze(0) * self.config.sample_scale  # (1, n)
-            return kaldi.fbank(scaled, **self.config.torchaudio_kwargs())  # (T, F)
+            return apply_noise_floor(kaldi.fbank(scaled, **self.config.torchaudio_kwargs()), self.config)  # (T, F)
         stream = FbankStream(self.config)
         head = stream.accept(waveform)
         return torch.cat([head, stream.finish()]) if head.numel() else stream.finish()
@@ -301,4 +351,4 @@ class FbankStream:
         frames = np.stack([self._fbank.get_frame(i) for i in range(self._taken, ready)])  # (T, F)
         self._fbank.pop(ready - self._taken)  # never read again: memory stays bounded
         self._taken = ready
-        return torch.from_numpy(frames)
+        return apply_noise_floor(torch.from_numpy(frames), self.config)
