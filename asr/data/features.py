@@ -176,7 +176,9 @@ LEGACY = FeatureConfig()
 # sherpa-onnx's FeatureExtractorConfig defaults, with samples left in [-1, 1] as it leaves them for
 # NeMo CTC models, the online format scripts/export.py --format sherpa-onnx writes.
 SHERPA = FeatureConfig(snip_edges=False, high_freq=-400.0, sample_scale=1.0)
-PRESETS = {"legacy": LEGACY, "sherpa": SHERPA}  # conf/features/<name>.yaml
+# legacy with digital silence read as white noise at -90 dBFS (issue 38; the quickstart's)
+FLOOR = FeatureConfig(noise_floor_dbfs=-90.0)
+PRESETS = {"legacy": LEGACY, "sherpa": SHERPA, "floor": FLOOR}  # conf/features/<name>.yaml
 
 
 def load_feature_config(spec: str) -> FeatureConfig:
