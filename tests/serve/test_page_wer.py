@@ -30,9 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = Path(os.environ.get("ASR_PAGE_CHECKPOINT", ROOT / "exp/quickstart_rel_xl/checkpoints/avg3.ckpt"))
 DATA = Path(os.environ.get("ASR_PAGE_DATA", ROOT / "data/synth"))
 UTTERANCES = int(os.environ.get("ASR_PAGE_UTTS", "20"))
-# Chromium's fake microphone repeats its last 10 ms once the file is over (a 100 Hz buzz of
-# whatever the file ended with): the files end in a second of silence, for both paths alike.
-TRAILING_SILENCE_S = 1.0
+# Chromium's fake microphone starts the file when the page opens it, a few tens of ms before the
+# page's worklet is connected, and repeats its last 10 ms once the file is over (a 100 Hz buzz
+# of whatever the file ended with). The test utterances start and end with speech (eSpeak), so
+# both paths get the same files with a quiet room around the speech: 0.5 s before, 1 s after,
+# a -70 dBFS white floor throughout (fixed seed).
+LEADING_S, TRAILING_S, ROOM_DBFS = 0.5, 1.0, -70.0
 
 
 def write_test_files(folder: Path) -> list[tuple[str, Path, str, float]]:
@@ -42,7 +45,9 @@ def write_test_files(folder: Path) -> list[tuple[str, Path, str, float]]:
 
     files = []
     for cut in list(read_cuts(DATA / "cuts_test.jsonl.gz", DATA))[:UTTERANCES]:
-        audio = np.concatenate([cut.load_audio()[0], np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE))])
+        speech = cut.load_audio()[0]
+        audio = np.concatenate([np.zeros(int(LEADING_S * SAMPLE_RATE)), speech, np.zeros(int(TRAILING_S * SAMPLE_RATE))])
+        audio += np.random.default_rng(len(files)).standard_normal(audio.size) * 10 ** (ROOM_DBFS / 20)
         path = folder / f"{cut.id}.wav"
         sf.write(path, audio, SAMPLE_RATE, subtype="PCM_16")
         files.append((cut.id, path, cut_text(cut), len(audio) / SAMPLE_RATE))

@@ -85,13 +85,14 @@ class Session {
       echoCancellation: ui.echo.checked, noiseSuppression: ui.noise.checked, autoGainControl: ui.gain.checked,
       channelCount: 1,
     };
+    // The context and its worklet first: audio arriving before they are ready would be lost.
+    this.context = new AudioContext({ latencyHint: "interactive" });
+    await this.context.audioWorklet.addModule("capture-worklet.js");
     try {
       this.media = await navigator.mediaDevices.getUserMedia({ audio: constraints, video: false });
     } catch (err) {
       throw new Error(describeMediaError(err));
     }
-    this.context = new AudioContext({ latencyHint: "interactive" });
-    await this.context.audioWorklet.addModule("capture-worklet.js");
     const source = this.context.createMediaStreamSource(this.media);
     this.worklet = new AudioWorkletNode(this.context, "capture-pcm16", {
       numberOfInputs: 1, numberOfOutputs: 1, channelCount: 1, channelCountMode: "explicit",
