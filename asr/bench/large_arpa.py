@@ -33,7 +33,7 @@ def write_large_arpa(path: str | Path, vocab: int = 50_000, bigrams: int = 3_000
                      seed: int = 0) -> dict:
     """Write the ARPA file; returns the n-gram counts by order."""
     rng = np.random.default_rng(seed)
-    bos, eos = vocab, vocab + 1  # ids of <s> (history only) and </s> (predicted only)
+    eos = vocab + 1  # </s> (predicted only); <s> (history only) is id vocab
     base = vocab + 2
     # Bigrams: histories are words or <s>, successors words or </s>.
     hist = rng.integers(0, vocab + 1, size=int(bigrams * 1.3))

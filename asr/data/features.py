@@ -236,7 +236,7 @@ def _noise_floor(config: FeatureConfig) -> torch.Tensor:
     # (unit-variance noise sits far above its log(eps) clamp, so float32 loses nothing that matters)
     backend = "torchaudio" if plain.torchaudio_can else "knf"
     log_mel = FbankExtractor(plain, backend)(noise).double()  # (T, F)
-    sigma = 10.0 ** (config.noise_floor_dbfs / 20.0) * config.sample_scale
+    sigma = 10.0 ** (config.noise_floor_dbfs / 20.0)  # the extractor applied the sample scale already
     return log_mel.mean(0) + 2.0 * np.log(sigma)  # (F,)
 
 

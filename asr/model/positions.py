@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 
-import torch
 from torch import Tensor, nn
 
 from asr.model.scorers import (

@@ -4,7 +4,6 @@ Batching and WER scoring are the shared ``asr.decode.evaluate`` (tests/decode/te
 """
 
 import numpy as np
-import pytest
 import soundfile as sf
 import torch
 

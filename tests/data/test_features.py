@@ -130,7 +130,9 @@ def test_presets_are_the_config_group(name, tmp_path):
 
 # ---- the noise floor (digital silence, issue 38) ------------------------------------------------
 
-FLOORED = [dataclasses.replace(LEGACY, noise_floor_dbfs=-90.0), dataclasses.replace(SHERPA, noise_floor_dbfs=-80.0)]
+# sherpa's samples stay in [-1, 1], so its log(eps) clamp already acts like a floor near -70 dBFS: -60 dBFS is
+# the level where most of its bins are measurably above the clamp (58 of 80; none at -80 dBFS)
+FLOORED = [dataclasses.replace(LEGACY, noise_floor_dbfs=-90.0), dataclasses.replace(SHERPA, noise_floor_dbfs=-60.0)]
 
 
 @pytest.mark.parametrize("config", FLOORED, ids=["legacy", "sherpa"])
@@ -140,13 +142,13 @@ def test_digital_silence_gives_the_floor_and_the_floor_is_white_noise_at_that_le
     # exact zeros: log(eps) from the fbank's own clamp, plus the floor (the floor wins unless it is below eps,
     # as in sherpa's low bins where samples stay in [-1, 1])
     expected = torch.logaddexp(torch.tensor(float(np.log(np.finfo(np.float32).eps)), dtype=torch.float64), floor)
-    for backend in ("knf", "torchaudio"):
+    for backend in ("knf", "torchaudio") if config.torchaudio_can else ("knf",):
         silent = FbankExtractor(config, backend=backend)(torch.zeros(8000, dtype=torch.float64))
         torch.testing.assert_close(silent, expected.to(silent.dtype).expand_as(silent), atol=1e-4, rtol=0)
     # the mean log-mel of another draw of white noise at the level (without the floor) is within 0.15 nats
     noise = torch.from_numpy(np.random.default_rng(9).standard_normal(160000) * 10 ** (config.noise_floor_dbfs / 20))
     plain = dataclasses.replace(config, noise_floor_dbfs=None)
-    measured = FbankExtractor(plain, backend="torchaudio")(noise).mean(0)
+    measured = FbankExtractor(plain, backend=training_backend(plain))(noise).mean(0)
     above_eps = floor > float(np.log(np.finfo(np.float32).eps)) + 1.0  # measurable: the fbank clamps below eps
     assert above_eps.sum() >= 20 and (measured - floor)[above_eps].abs().max() < 0.15
     # 20 dB more noise: 20 dB more floor, in every bin
@@ -162,13 +164,17 @@ def test_the_floor_leaves_speech_alone_and_streams_as_it_computes_whole(config):
     plain = dataclasses.replace(config, noise_floor_dbfs=None)
     floored, raw = FbankExtractor(config)(wave), FbankExtractor(plain)(wave)
     speech = slice(30, 120)
-    assert (floored[speech] - raw[speech]).abs().max() < 1e-3  # -20 dBFS speech: the floor adds < 1e-3 nats
+    # -20 dBFS white speech: a floor 70 dB below adds < 1e-3 nats; 40 dB below (sherpa's -60) adds ~1e-4 on
+    # average, more in the low mel bins, which sum few FFT bins of the noise (their power swings frame to frame)
+    tolerance = 1e-3 if config.noise_floor_dbfs <= -90 else 0.05
+    assert (floored[speech] - raw[speech]).abs().max() < tolerance
     assert raw[:5].max() < -15 and floored[:5].min() > noise_floor_log_mel(config).min() - 1e-3
     stream = FbankStream(config)
     pieces = [stream.accept(wave[i : i + 731]) for i in range(0, wave.numel(), 731)] + [stream.finish()]
     torch.testing.assert_close(torch.cat(pieces), floored, atol=0, rtol=0)
-    torch.testing.assert_close(FbankExtractor(config, backend="torchaudio")(wave.double()).float(), floored,
-                               atol=5e-4, rtol=0)
+    if config.torchaudio_can:
+        torch.testing.assert_close(FbankExtractor(config, backend="torchaudio")(wave.double()).float(), floored,
+                                   atol=5e-4, rtol=0)
 
 
 def test_the_floor_is_off_by_default_and_in_the_config_group():

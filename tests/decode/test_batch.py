@@ -1,7 +1,6 @@
 """decode_batch: every mode on a tiny model, and agreement between modes where it must hold."""
 
 import pytest
-import torch
 
 from asr.decode import MODES, attention_beam_search, ctc_greedy, decode_batch
 

@@ -21,7 +21,7 @@ from asr.data.tokenizer import load_tokenizer, write_char_units
 from asr.interop.sherpa_check import compare, normalize, tail_seconds
 from asr.interop.sherpa_server import server_binary
 from asr.interop.sherpa_onnx import (
-    INPUT_NAMES, OUTPUT_NAMES, SherpaCtcStep, SherpaExportError, SherpaRunner, check_exportable, export_checkpoint,
+    INPUT_NAMES, OUTPUT_NAMES, SherpaCtcStep, SherpaExportError, SherpaRunner, check_exportable,
     export_sherpa_onnx, sherpa_feature_problems,
 )
 from asr.model.asr_model import build_asr_model
