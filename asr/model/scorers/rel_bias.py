@@ -9,7 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from asr.model.scorers.band import clipped_distance_index
-from asr.model.scorers.base import ClippedDistanceScorer
+from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
+from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, use_blocked
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -30,3 +31,9 @@ class RelBiasScorer(ClippedDistanceScorer):
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
         return logits.add_(self.bias(q.size(2), k.size(2)))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        b, _, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout):
+            return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias))
+        return super().forward(q, k, v, mask)

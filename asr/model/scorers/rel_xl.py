@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask
+from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, use_blocked
 from asr.model.sinusoid import sinusoid_table
 
 
@@ -203,8 +204,12 @@ class RelXLScorer(AttentionScorer):
         logits, pad = self._blocked_logits(q, k)
         return logits[:, :, pad:]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout):
+            q_key = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
+            q_pos = torch.add(self.pos_bias_v[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
+            return blocked_attention(q_key, k, v, mask, RelXLTerm(q_pos, self.position_keys(c, kk, q)))
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits, pad = self._blocked_logits(q, k)  # (B, H, pad + C, K)
         if mask4 is not None and pad and mask4.size(2) > 1:
