@@ -10,6 +10,7 @@ import torch
 from asr.decode.attention_beam import attention_beam_search
 from asr.decode.ctc_greedy import ctc_greedy
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
+from asr.decode.long_audio import encode_batch
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
 
@@ -37,7 +38,8 @@ def decode_batch(
         feats: (B, T, F) zero-padded; feat_lens (B,).
         mode: one of ``MODES``.
         beam: width of the CTC prefix beam and of the attention beam.
-        chunk_size, left_chunks: encoder attention context (0 = full context).
+        chunk_size, left_chunks: encoder attention context (0 = full context); with
+            ``left_chunks >= 0`` the encoder runs chunk by chunk (``asr.decode.long_audio``).
         ctc_weight, reverse_weight: ``attention_rescoring`` score mixing.
         fusion: a language model for ``ctc_prefix_beam`` and ``attention_rescoring`` (both passes);
             the greedy and attention-beam modes do not use one and refuse it.
@@ -48,7 +50,8 @@ def decode_batch(
         raise ValueError(f"mode ({mode!r}) must be one of {', '.join(MODES)}.")
     if fusion is not None and mode not in FUSED_MODES:
         raise ValueError(f"mode {mode!r} takes no language model; shallow fusion works with {', '.join(FUSED_MODES)}.")
-    enc_out, enc_lens = model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)  # (B, T', D)
+    # Bounded left context streams each utterance through the encoder (memory independent of its length).
+    enc_out, enc_lens = encode_batch(model, feats, feat_lens, chunk_size, left_chunks)  # (B, T', D)
     lens = enc_lens.tolist()
     if mode == "attention":
         # Each utterance runs its own beam; at most one token per encoder frame, as CTC allows.

@@ -113,3 +113,37 @@ def test_dispatch_by_size_forced_and_dropout():
     with blocked.forced():
         assert blocked.use_blocked(1, 4, 16, 80, training=False, dropout=0.0)
     assert not blocked.use_blocked(1, 4, 16, 80, training=False, dropout=0.0)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+@pytest.mark.parametrize("chunk, left", [(0, -1), (3, 1), (4, -1)])
+def test_encoder_forward_in_blocks_equals_the_explicit_forward(monkeypatch, name, chunk, left):
+    """The whole encoder (ChunkMask from the encoder, padding rows, several layers), float64."""
+    from asr.model import build_encoder
+
+    monkeypatch.setattr(blocked, "DEFAULT_BLOCKING", blocked.Blocking(query_block=5, key_block=7))
+    torch.manual_seed(0)
+    enc = build_encoder(pos_enc=name, input_dim=12, d_model=16, num_heads=2, num_layers=2, ffn_dim=32,
+                        conv_kernel=3, **{k: v for k, v in SCHEMES[name].items()}).double().eval()
+    feats = torch.randn(2, 130, 12, dtype=torch.float64)
+    lens = torch.tensor([130, 91])
+    explicit_out, n = enc(feats, lens, chunk, left)
+    with blocked.forced():
+        blocked_out, n2 = enc(feats, lens, chunk, left)
+    assert torch.equal(n, n2)
+    for b, length in enumerate(n.tolist()):
+        torch.testing.assert_close(blocked_out[b, :length], explicit_out[b, :length], rtol=1e-10, atol=1e-10)
+
+
+def test_long_inputs_are_subsampled_in_pieces_to_the_same_frames(monkeypatch):
+    from asr.model import build_encoder, encoder
+
+    torch.manual_seed(0)
+    enc = build_encoder(pos_enc="rel_xl", input_dim=12, d_model=16, num_heads=2, num_layers=1, ffn_dim=32,
+                        conv_kernel=3).eval()
+    feats = torch.randn(2, 301, 12)
+    whole = enc._embed(feats)
+    monkeypatch.setattr(encoder, "EMBED_PIECE", 8)
+    pieces = enc._embed(feats)
+    assert pieces.shape == whole.shape == (2, enc.output_length(301), 16)
+    torch.testing.assert_close(pieces, whole, rtol=1e-5, atol=1e-5)

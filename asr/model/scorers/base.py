@@ -108,6 +108,10 @@ class AttentionScorer(nn.Module):
 
     # Queries are the last C of the K keys (K >= C); checked by ``check_qkv``.
     queries_last = True
+    # Builds (B, H, C, K) logits itself (not SDPA's fused kernel), and has the exact blocked
+    # path of asr.model.scorers.blocked for long calls: what the decoding memory guard assumes.
+    explicit_logits = True
+    has_blocked_path = False
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -155,6 +159,7 @@ class PlainScorer(AttentionScorer):
     """
 
     queries_last = False
+    explicit_logits = False
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v, self.queries_last)

@@ -16,6 +16,7 @@ from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, use_
 class RelBiasScorer(ClippedDistanceScorer):
     """Relative-bias scorer for one layer: ``rel_bias`` table (H, 2k+1), k = max_distance."""
 
+    has_blocked_path = True
     scheme = "rel_bias"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:

@@ -151,6 +151,8 @@ class RelXLScorer(AttentionScorer):
             is one block.
     """
 
+    has_blocked_path = True
+
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, query_block: int = 64) -> None:
         super().__init__(num_heads, head_dim, dropout)
         if query_block <= 0:

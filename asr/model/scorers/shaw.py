@@ -29,6 +29,7 @@ from asr.model.scorers.blocked import Mask, ShawTerm, blocked_attention, use_blo
 class ShawScorer(ClippedDistanceScorer):
     """Shaw scorer for one layer: ``rel_k``, ``rel_v`` tables (2k+1, Dh), k = max_distance."""
 
+    has_blocked_path = True
     scheme = "shaw"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:

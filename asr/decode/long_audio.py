@@ -1,0 +1,89 @@
+"""Decoding inputs of any length in bounded memory: chunked encoding through ``stream_step``, fbank in pieces.
+
+Axis legend: n samples, T feature frames, F feature bins, T' encoder frames, D model dim, B batch.
+
+Chunked decoding with bounded left context (``chunk_size > 0``, ``left_chunks >= 0``) runs
+each utterance through the encoder's ``stream_step``, a few seconds of features at a time:
+the encoder then holds only its stream state (``left_chunks * chunk_size`` cached frames a
+layer), whatever the length, where the chunk-masked ``forward`` holds every frame of every
+layer (and, without the blocked attention, the (T', T') logits). Both compute the same
+function: the streaming contract (``asr.model.encoder``, tests/streaming/test_stream_exact.py)
+says stream_step equals the chunk-masked forward for any feeding pattern. What grows with the
+length is the output the searches read, T' x D floats (52 MB an hour at D = 144).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+# Feature frames handed to stream_step at a time (4 s): large enough that the per-call
+# overhead vanishes, small enough that the frontend's buffer stays a few hundred KB.
+STREAM_PIECE = 400
+# Feature frames computed by one fbank call on long audio (10 minutes: ~230 MB of framed audio and
+# spectra instead of 1.4 GB for an hour at once); fbank frames are independent windows, so the
+# pieces give the very same frames.
+FBANK_PIECE = 60_000
+
+
+def streams_chunks(chunk_size: int, left_chunks: int) -> bool:
+    """Whether this decoding setting encodes through ``stream_step`` (bounded left context)."""
+    return chunk_size > 0 and left_chunks >= 0
+
+
+def stream_chunks(encoder, feats: torch.Tensor, chunk_size: int, left_chunks: int,
+                  piece: int = STREAM_PIECE) -> Iterator[torch.Tensor]:
+    """Encoder output of one utterance, chunk by chunk: (1, n', D) pieces that concatenate to
+    ``encoder(feats[None], [T], chunk_size, left_chunks)``'s output.
+
+    Args:
+        encoder: a streaming encoder (``init_state``, ``stream_step``, ``online_cmn``).
+        feats: (T, F) features of one utterance (before the model's normalization).
+    """
+    if feats.dim() != 2:
+        raise ValueError(f"feats must be one utterance (T, F), got {tuple(feats.shape)}.")
+    state = encoder.init_state(1, chunk_size, left_chunks)
+    norm = encoder.online_cmn()
+    running = None if norm is None else norm.stream()  # the running mean forward applies, frame by frame
+    total = feats.size(0)
+    for start in range(0, max(total, 1), piece):
+        x = feats[None, start : start + piece]  # (1, n, F)
+        if running is not None:
+            x = running.push(x)
+        out, state = encoder.stream_step(x, state, final=start + piece >= total)
+        if out.size(1) > 0:
+            yield out
+
+
+def encode_batch(model, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int = 0,
+                 left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.encode`` for decoding: (B, T, F), (B,) -> enc_out (B, T', D), enc_lens (B,).
+
+    With bounded left context each utterance goes through :func:`stream_chunks` (encoder memory
+    independent of its length); otherwise, or for an encoder that cannot stream, the
+    (chunk-masked) forward. Both give the same frames.
+    """
+    encoder = model.encoder
+    if not streams_chunks(chunk_size, left_chunks) or not hasattr(encoder, "stream_step") or not encoder.causal:
+        return model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)
+    outs = []
+    for b, n in enumerate(feat_lens.tolist()):
+        chunks = list(stream_chunks(encoder, feats[b, :n], chunk_size, left_chunks))
+        outs.append(torch.cat(chunks, dim=1)[0] if chunks else feats.new_zeros(0, encoder.output_size))  # (T'_b, D)
+    enc_lens = torch.tensor([o.size(0) for o in outs], dtype=torch.long)
+    return torch.nn.utils.rnn.pad_sequence(outs, batch_first=True), enc_lens  # (B, T', D)
+
+
+def fbank_in_pieces(extractor, audio: torch.Tensor, piece: int = FBANK_PIECE) -> torch.Tensor:
+    """``extractor(audio)`` for (n,) audio of any length, ``piece`` frames at a time: (T, F).
+
+    Frame t covers samples [t * shift, t * shift + window) (``asr.data.features``), so piece
+    [t0, t1) reads samples [t0 * shift, (t1 - 1) * shift + window) and yields those frames.
+    """
+    frames = extractor.num_frames(audio.numel())
+    if frames <= piece:
+        return extractor(audio)
+    shift, window = extractor.shift_samples, extractor.window_samples
+    return torch.cat([extractor(audio[t0 * shift : (min(frames, t0 + piece) - 1) * shift + window])
+                      for t0 in range(0, frames, piece)])
