@@ -54,15 +54,17 @@ class Blocking:
     """Block sizes of a call: c queries by k keys per step.
 
     By default they follow from ``pair_elements``, the size of one step's (B*H, c, k) logits
-    (2^23 floats, 32 MiB): one key block as wide as the keys up to ``pair_elements / (B*H*64)``
-    (so a few thousand keys need no online rescaling), and as many query rows as fit. Few, large
-    steps matter on CPU: every step is a dozen kernels, and with two threads on a busy machine
-    each kernel's barrier waits for a descheduled thread (blocks of 64 x 512 ran 13x SDPA's time
-    at L = 1024 where 256 x 1024 ran 4.6x, load 10 on 2 cores). ``query_block`` and ``key_block``
-    fix the sizes instead (tests use tiny ones).
+    (2^22 floats, 16 MiB): one key block as wide as the keys up to ``pair_elements / (B*H*64)``
+    (so a few thousand keys need no online rescaling), and as many query rows as fit, at most
+    an eighth of the key block. Few, large steps matter on CPU: every step is a dozen kernels,
+    and with two threads on a busy machine each kernel's barrier waits for a descheduled
+    thread (blocks of 64 x 512 ran 13x SDPA's time at L = 1024 where 256 x 1024 ran 4.6x,
+    load 10 on 2 cores); past a few MiB a step falls out of cache (one thread, L = 2048:
+    64 x 2048 ran 2.4x, 128 x 2048 2.85x). ``query_block`` and ``key_block`` fix the sizes
+    instead (tests use tiny ones).
     """
 
-    pair_elements: int = 1 << 23
+    pair_elements: int = 1 << 22
     query_block: Optional[int] = None
     key_block: Optional[int] = None
 
@@ -77,10 +79,11 @@ class Blocking:
     def sizes(self, rows: int, queries: int, keys: int) -> tuple[int, int]:
         """(c, k) for ``rows`` = B*H query rows per block step, C queries, K keys."""
         kb = self.key_block or max(256, min(keys, self.pair_elements // (rows * 64)))
-        # At most a quarter of the key block: rel_xl's window of c + k - 1 rows costs (c + k - 1) / k
-        # times the q k^T product (1.25 at k = 4c; one 512 x 512 block ran 4.6x SDPA, 128 x 512 2.7x).
+        # At most an eighth of the key block: rel_xl's window of c + k - 1 rows costs (c + k - 1) / k
+        # times the q k^T product (L = 1024, one thread: 128 x 1024 blocks ran 2.33x SDPA, 256 x 1024
+        # 2.61x; one 512 x 512 block 4.6x).
         cb = self.query_block or max(16, min(queries, self.pair_elements // (rows * min(kb, keys)),
-                                             max(64, min(kb, keys) // 4)))
+                                             max(64, min(kb, keys) // 8)))
         return cb, kb
 
 
@@ -296,17 +299,24 @@ class RelXLTerm(PositionTerm):
         q_pos, _ = self.tensors
         # (H, C, B, Dh): a query block is then one (H, c*B, Dh) view, all utterances against one window.
         self.q_pos = q_pos.permute(1, 2, 0, 3).contiguous()
-        self.p = self.tensors[1].contiguous()  # a projected table is (R, H, Dh) underneath: 2.5x slower windows
+        # Contiguous (a projected table is (R, H, Dh) underneath) and WIDTH_STEP zero rows longer, so
+        # every window can be read WIDTH_STEP-aligned: a (c*B, Dh) x (Dh, 639) product ran 1.4x slower
+        # per flop than x (Dh, 640) (MKL, one thread).
+        self.p = torch.nn.functional.pad(self.tensors[1], (0, WIDTH_STEP)).contiguous()  # (H, Dh, R + WIDTH_STEP)
         self._grad_bd: dict[tuple[int, int], Tensor] = {}
         if backward:
             self.grad_q_pos = torch.zeros_like(self.q_pos)
-            self.grad_p = torch.zeros_like(self.p)
+            self.grad_p = torch.zeros_like(self.tensors[1], memory_format=torch.contiguous_format)
 
-    def _window(self, a0: int, a1: int, b0: int, b1: int) -> tuple[Tensor, Tensor, int]:
-        """(query block (H, c*B, Dh), its p window (H, Dh, c + k - 1), first row of the window in p)."""
+    def _window(self, a0: int, a1: int, b0: int, b1: int, aligned: bool = False) -> tuple[Tensor, Tensor, int]:
+        """(query block (H, c*B, Dh), its p window (H, Dh, c + k - 1), first row of the window in p);
+        ``aligned``: the window widened to a multiple of WIDTH_STEP rows (the extra ones are not used)."""
         c, k = a1 - a0, b1 - b0
         first = (self.keys - 1) - (self.offset + a0 - b0 + c - 1)  # row of r = t - s + c - 1
-        window = self.p[:, :, first : first + c + k - 1]
+        width = c + k - 1
+        if aligned:
+            width = -(-width // WIDTH_STEP) * WIDTH_STEP
+        window = self.p[:, :, first : first + width]
         return self.q_pos[:, a0:a1].reshape(self.heads, c * self.batch, -1), window, first
 
     def logits(self, q, k, a0, a1, b0, b1):
@@ -314,9 +324,9 @@ class RelXLTerm(PositionTerm):
 
         s = torch.bmm(q, k.transpose(1, 2))  # (B*H, c, k)
         c, kb = a1 - a0, b1 - b0
-        qb, window, _ = self._window(a0, a1, b0, b1)
-        bd = torch.bmm(qb, window).view(self.heads, c, self.batch, c + kb - 1).permute(2, 0, 1, 3)  # (B, H, c, W)
-        s.view(self.batch, self.heads, c, kb).add_(rel_shift(bd, kb))
+        qb, window, _ = self._window(a0, a1, b0, b1, aligned=True)
+        bd = torch.bmm(qb, window).view(self.heads, c, self.batch, -1).permute(2, 0, 1, 3)  # (B, H, c, W')
+        s.view(self.batch, self.heads, c, kb).add_(rel_shift(bd[..., : c + kb - 1], kb))
         return s
 
     def backward(self, ds, a0, a1, b0, b1) -> None:
@@ -337,6 +347,9 @@ class RelXLTerm(PositionTerm):
 
     def finish(self):
         return [self.grad_q_pos.permute(2, 0, 1, 3), self.grad_p]
+
+
+WIDTH_STEP = 16
 
 
 class ShawTerm(PositionTerm):
