@@ -1,4 +1,4 @@
-"""Decoding inputs of any length in bounded memory: chunked encoding through ``stream_step``, fbank in pieces.
+"""Decoding inputs of any length in bounded memory: chunked encoding through ``stream_step``.
 
 Axis legend: n samples, T feature frames, F feature bins, T' encoder frames, D model dim, B batch.
 
@@ -21,10 +21,6 @@ import torch
 # Feature frames handed to stream_step at a time (4 s): large enough that the per-call
 # overhead vanishes, small enough that the frontend's buffer stays a few hundred KB.
 STREAM_PIECE = 400
-# Feature frames computed by one fbank call on long audio (10 minutes: ~230 MB of framed audio and
-# spectra instead of 1.4 GB for an hour at once); fbank frames are independent windows, so the
-# pieces give the very same frames.
-FBANK_PIECE = 60_000
 
 
 def streams_chunks(chunk_size: int, left_chunks: int) -> bool:
@@ -74,16 +70,3 @@ def encode_batch(model, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size
     enc_lens = torch.tensor([o.size(0) for o in outs], dtype=torch.long)
     return torch.nn.utils.rnn.pad_sequence(outs, batch_first=True), enc_lens  # (B, T', D)
 
-
-def fbank_in_pieces(extractor, audio: torch.Tensor, piece: int = FBANK_PIECE) -> torch.Tensor:
-    """``extractor(audio)`` for (n,) audio of any length, ``piece`` frames at a time: (T, F).
-
-    Frame t covers samples [t * shift, t * shift + window) (``asr.data.features``), so piece
-    [t0, t1) reads samples [t0 * shift, (t1 - 1) * shift + window) and yields those frames.
-    """
-    frames = extractor.num_frames(audio.numel())
-    if frames <= piece:
-        return extractor(audio)
-    shift, window = extractor.shift_samples, extractor.window_samples
-    return torch.cat([extractor(audio[t0 * shift : (min(frames, t0 + piece) - 1) * shift + window])
-                      for t0 in range(0, frames, piece)])

@@ -1,13 +1,12 @@
 """Long inputs: chunked decoding through stream_step equals the chunk-masked forward and its working
-memory does not grow with the length; fbank in pieces equals fbank of the whole."""
+memory does not grow with the length."""
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from asr.data.features import FbankExtractor
 from asr.decode import decode_batch
-from asr.decode.long_audio import encode_batch, fbank_in_pieces, stream_chunks
+from asr.decode.long_audio import encode_batch, stream_chunks
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
 
@@ -79,11 +78,3 @@ def test_chunked_encoding_memory_does_not_grow_with_the_length():
     # And that is a chunk's working set, far below one (T', T') map of the short input.
     assert largest[0] < (1600 // 4) ** 2 / 4
 
-
-def test_fbank_in_pieces_equals_fbank_of_the_whole():
-    extractor = FbankExtractor()
-    audio = torch.randn(16000 * 3 + 123, generator=torch.Generator().manual_seed(0)) * 0.1
-    whole = extractor(audio)
-    pieces = fbank_in_pieces(extractor, audio, piece=37)
-    assert pieces.shape == whole.shape
-    torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
