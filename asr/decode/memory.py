@@ -131,7 +131,7 @@ def chunk_layer_bytes(shape: EncoderShape, batch: int, queries: int, keys: int, 
     b, d, h = batch, shape.d_model, shape.heads
     layer = b * queries * (2 * shape.ffn_dim + 12 * d) * FLOAT
     logits = b * h * queries * keys
-    take_blocked = shape.blocked and (blocked or (blocked is None and logits >= blocked_attention.BLOCKED_MIN_LOGITS))
+    take_blocked = shape.blocked and (blocked or (blocked is None and logits >= blocked_attention.BLOCKED_MIN_LOGITS_NO_GRAD))
     mask = b * queries * keys if chunk_size > 0 else b * keys  # bool (B, C, K), made per call
     if take_blocked:
         # A few (B*H, c, k) step buffers, the relative table and its projection (2K rows of D).

@@ -108,6 +108,8 @@ def test_chunk_mask_blocks_skip_what_the_chunks_hide(force_blocked):
 
 def test_dispatch_by_size_forced_and_dropout():
     assert not blocked.use_blocked(8, 4, 500, 500, training=True, dropout=0.0)  # a training batch
+    assert blocked.use_blocked(8, 4, 600, 600, training=False, dropout=0.0, grad=False)  # decoding such a batch
+    assert not blocked.use_blocked(30, 4, 75, 75, training=False, dropout=0.0, grad=False)  # short utterances
     assert blocked.use_blocked(1, 4, 7500, 7500, training=False, dropout=0.0)  # a 5-minute file
     assert not blocked.use_blocked(1, 4, 7500, 7500, training=True, dropout=0.1)
     with blocked.forced():

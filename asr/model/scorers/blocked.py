@@ -41,11 +41,14 @@ from asr.model.scorers.base import check_mask
 Mask = Union[None, Tensor, ChunkMask]
 
 # The blocked path is taken when a call's explicit logits (B*H*C*K floats) reach this many
-# elements (2^26 = 256 MiB in fp32; the explicit path holds about three such buffers at its
-# peak in training). Below it the explicit path is faster on CPU (scripts/bench_attention.py:
-# it does not recompute the logits in backward and runs fewer, larger kernels), above it its
-# memory is what matters: a 5-minute file is 4 * 7500^2 = 2^27.7 per layer call.
+# elements. With gradients: 2^26 (256 MiB in fp32; the explicit path holds about three such
+# buffers at its peak in training); below it the explicit path is about as fast on CPU (it does
+# not recompute the logits in backward and runs fewer, larger kernels; scripts/bench_attention.py),
+# above it its memory is what matters. Without gradients (decoding) the blocked path is faster
+# from a few million logits on (one thread, B = 1, H = 4, Dh = 36: rel_xl 0.71x the explicit
+# time at 4M logits, 0.40x at 16M; shaw 1.16x at 4M, 0.80x at 16M, 0.60x at 36M): 2^23.
 BLOCKED_MIN_LOGITS = 1 << 26
+BLOCKED_MIN_LOGITS_NO_GRAD = 1 << 23
 _FORCED = False
 
 
@@ -90,16 +93,23 @@ class Blocking:
 DEFAULT_BLOCKING = Blocking()
 
 
-def use_blocked(batch: int, heads: int, queries: int, keys: int, training: bool, dropout: float) -> bool:
+def use_blocked(batch: int, heads: int, queries: int, keys: int, training: bool, dropout: float,
+                grad: bool = True) -> bool:
     """Whether a call of B x H x C queries against K keys takes the blocked path.
 
-    When its logits would reach :data:`BLOCKED_MIN_LOGITS` elements, or always inside
-    :func:`forced`. Never with attention dropout in training: the blocked backward would have
-    to replay the dropout masks.
+    When its logits would reach :data:`BLOCKED_MIN_LOGITS` elements (``grad``: a backward will
+    follow) or :data:`BLOCKED_MIN_LOGITS_NO_GRAD`, or always inside :func:`forced`. Never with
+    attention dropout in training: the blocked backward would have to replay the dropout masks.
     """
     if training and dropout > 0.0:
         return False
-    return _FORCED or batch * heads * queries * keys >= BLOCKED_MIN_LOGITS
+    threshold = BLOCKED_MIN_LOGITS if grad else BLOCKED_MIN_LOGITS_NO_GRAD
+    return _FORCED or batch * heads * queries * keys >= threshold
+
+
+def needs_grad(*tensors: Tensor) -> bool:
+    """Whether autograd will record a call on these inputs."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 @contextmanager

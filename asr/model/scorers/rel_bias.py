@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from asr.model.scorers.band import clipped_distance_index
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
-from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, use_blocked
+from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, needs_grad, use_blocked
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -35,6 +35,6 @@ class RelBiasScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
-        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout):
+        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout, needs_grad(q, k, v, self.rel_bias)):
             return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias))
         return super().forward(q, k, v, mask)

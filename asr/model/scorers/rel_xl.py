@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask
-from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, use_blocked
+from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.sinusoid import sinusoid_table
 
 
@@ -208,7 +208,7 @@ class RelXLScorer(AttentionScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
-        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout):
+        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout, needs_grad(q, k, v, self.pos_bias_u)):
             q_key = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
             q_pos = torch.add(self.pos_bias_v[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
             return blocked_attention(q_key, k, v, mask, RelXLTerm(q_pos, self.position_keys(c, kk, q)))

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.band import BandExpand
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
-from asr.model.scorers.blocked import Mask, ShawTerm, blocked_attention, use_blocked
+from asr.model.scorers.blocked import Mask, ShawTerm, blocked_attention, needs_grad, use_blocked
 
 
 class ShawScorer(ClippedDistanceScorer):
@@ -55,7 +55,7 @@ class ShawScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
-        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout):
+        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout, needs_grad(q, k, v, self.rel_k)):
             q_s = q * self.scale
             rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)
             return blocked_attention(q_s, k, v, mask, ShawTerm(rel), rel_v=self.rel_v)
