@@ -106,15 +106,32 @@ def test_chunk_mask_blocks_skip_what_the_chunks_hide(force_blocked):
     assert sum(len(s) for *_, s in spans) < (64 // 8) * (64 // 4) / 2
 
 
-def test_dispatch_by_size_forced_and_dropout():
-    assert not blocked.use_blocked(8, 4, 500, 500, training=True, dropout=0.0)  # a training batch
-    assert blocked.use_blocked(8, 4, 600, 600, training=False, dropout=0.0, grad=False)  # decoding such a batch
-    assert not blocked.use_blocked(30, 4, 75, 75, training=False, dropout=0.0, grad=False)  # short utterances
-    assert blocked.use_blocked(1, 4, 7500, 7500, training=False, dropout=0.0)  # a 5-minute file
-    assert not blocked.use_blocked(1, 4, 7500, 7500, training=True, dropout=0.1)
+def test_dispatch_by_size_and_forced():
+    assert not blocked.use_blocked(8, 4, 500, 500)  # a training batch
+    assert blocked.use_blocked(8, 4, 600, 600, grad=False)  # decoding such a batch
+    assert not blocked.use_blocked(30, 4, 75, 75, grad=False)  # short utterances
+    assert blocked.use_blocked(1, 4, 7500, 7500)  # a 5-minute file
     with blocked.forced():
-        assert blocked.use_blocked(1, 4, 16, 80, training=False, dropout=0.0)
-    assert not blocked.use_blocked(1, 4, 16, 80, training=False, dropout=0.0)
+        assert blocked.use_blocked(1, 4, 16, 80, grad=False)
+    assert not blocked.use_blocked(1, 4, 16, 80, grad=False)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_attention_dropout_in_blocks_replays_its_masks_in_backward(force_blocked, name):
+    """With dropout the forward is still a fixed function of the seed: gradcheck it in float64; the
+    keep masks are those of the forward (else the gradients would not match), and they do drop."""
+    scorer = build_position_scheme(name, H * DH, H, **SCHEMES[name]).make_scorer(H, DH, 0.3).double().train()
+    q, k, v = inputs(7, 7)
+    mask = ChunkMask(torch.tensor([7, 5]), 7, 2, 1)
+
+    def seeded(q, k, v):
+        torch.manual_seed(11)
+        return scorer(q, k, v, mask)
+
+    assert torch.autograd.gradcheck(seeded, (q, k, v))
+    dropped = seeded(q, k, v)
+    torch.testing.assert_close(seeded(q, k, v), dropped, rtol=0, atol=0)
+    assert not torch.allclose(dropped, scorer.eval()(q, k, v, mask))
 
 
 @pytest.mark.parametrize("name", SCHEMES)

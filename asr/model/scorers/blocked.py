@@ -14,7 +14,9 @@ distances use, shifted with the strided ``rel_shift``; shaw and rel_bias: the ba
 buckets), and an online softmax (running max and sum, FlashAttention's) folds the key blocks
 together. The backward recomputes each block pair's probabilities from the saved row
 log-sum-exp (FlashAttention-2's scheme), so nothing of size C x K is ever kept: the memory
-of a call is O((C + K) Dh) plus one block pair.
+of a call is O((C + K) Dh) plus one block pair. Attention dropout draws each pair's keep
+mask from its own generator (the call's seed plus the pair's index), so the backward draws
+the same masks again instead of keeping them.
 
 Masks: None, a dense bool (B, C|1, K) tensor (sliced per block), or an
 ``asr.model.masks.ChunkMask``: with it the key blocks a query block cannot see (beyond the
@@ -93,16 +95,12 @@ class Blocking:
 DEFAULT_BLOCKING = Blocking()
 
 
-def use_blocked(batch: int, heads: int, queries: int, keys: int, training: bool, dropout: float,
-                grad: bool = True) -> bool:
+def use_blocked(batch: int, heads: int, queries: int, keys: int, grad: bool = True) -> bool:
     """Whether a call of B x H x C queries against K keys takes the blocked path.
 
     When its logits would reach :data:`BLOCKED_MIN_LOGITS` elements (``grad``: a backward will
-    follow) or :data:`BLOCKED_MIN_LOGITS_NO_GRAD`, or always inside :func:`forced`. Never with
-    attention dropout in training: the blocked backward would have to replay the dropout masks.
+    follow) or :data:`BLOCKED_MIN_LOGITS_NO_GRAD`, or always inside :func:`forced`.
     """
-    if training and dropout > 0.0:
-        return False
     threshold = BLOCKED_MIN_LOGITS if grad else BLOCKED_MIN_LOGITS_NO_GRAD
     return _FORCED or batch * heads * queries * keys >= threshold
 
@@ -168,11 +166,13 @@ class _BlockedAttention(torch.autograd.Function):
 
     Args (forward): q (B, H, C, Dh) scaled queries against the keys; k, v (B, H, K, Dh);
     rel_v: None or Shaw's (N, Dh) value table; mask: see :data:`Mask`; blocking;
+    dropout: the attention dropout rate (0: none), whose keep masks are drawn per block pair from
+    ``seed`` and the pair's index, so the backward draws the very same ones;
     term: a fresh :class:`PositionTerm` (its tensors follow as the last inputs).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, rel_v, mask, blocking, term, *term_tensors):
+    def forward(ctx, q, k, v, rel_v, mask, blocking, dropout, seed, term, *term_tensors):
         b, h, c, dh = q.shape
         kk = k.size(2)
         term.start(b, h, c, kk, kk - c, backward=False)
@@ -180,6 +180,7 @@ class _BlockedAttention(torch.autograd.Function):
         out = q3.new_zeros(b * h, c, dh)
         lse = q3.new_full((b * h, c), float("inf"))  # +inf: a row that sees no key (its p is 0 in backward)
         bins = None if rel_v is None else q3.new_zeros(b * h, c, rel_v.size(0))  # (B*H, C, N)
+        pair = 0
         for a0, a1, spans in _query_blocks(c, kk, mask, blocking, b * h):
             row_max = row_sum = acc = acc_bins = None
             for b0, b1 in spans:
@@ -188,12 +189,16 @@ class _BlockedAttention(torch.autograd.Function):
                 new_max = block_max if row_max is None else torch.maximum(row_max, block_max)
                 ref = new_max.masked_fill(new_max == float("-inf"), 0.0)  # rows that saw no key yet
                 p = s.sub_(ref[..., None]).exp_()  # (B*H, c, k) unnormalized probabilities
+                pair_sum = p.sum(-1)  # the normalizer counts every key, dropped or not
+                if dropout > 0.0:
+                    p = p.mul_(_keep_scaled(seed, pair, p, dropout))
+                pair += 1
                 pair_bins = None if rel_v is None else _bucket_sums(p, rel_v, _pair_offset(term, a0, b0))
                 if row_max is None:
-                    row_sum, acc, acc_bins = p.sum(-1), torch.bmm(p, v3[:, b0:b1]), pair_bins
+                    row_sum, acc, acc_bins = pair_sum, torch.bmm(p, v3[:, b0:b1]), pair_bins
                 else:
                     alpha = (row_max - ref).exp_()  # (B*H, c); 0 where nothing was seen before
-                    row_sum = row_sum.mul_(alpha).add_(p.sum(-1))
+                    row_sum = row_sum.mul_(alpha).add_(pair_sum)
                     acc = acc.mul_(alpha[..., None]).baddbmm_(p, v3[:, b0:b1])
                     if acc_bins is not None:
                         acc_bins = acc_bins.mul_(alpha[..., None]).add_(pair_bins)
@@ -210,7 +215,7 @@ class _BlockedAttention(torch.autograd.Function):
         if rel_v is not None:
             out = out.baddbmm_(bins, rel_v.expand(b * h, *rel_v.shape))
         ctx.save_for_backward(q3, k3, v3, rel_v, out, lse, bins, *term_tensors)
-        ctx.mask, ctx.blocking, ctx.term_type = mask, blocking, type(term)
+        ctx.mask, ctx.blocking, ctx.term_type, ctx.dropout, ctx.seed = mask, blocking, type(term), dropout, seed
         ctx.dims = (b, h, c, kk, dh)
         return out.view(b, h, c, dh)
 
@@ -229,23 +234,39 @@ class _BlockedAttention(torch.autograd.Function):
         if rel_v is not None:
             g_rel = torch.matmul(g3, rel_v.t())  # (B*H, C, N): g_i . rel_v[bucket]
             grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), g3.reshape(-1, dh))  # (N, Dh)
+        pair = 0
         for a0, a1, spans in _query_blocks(c, kk, mask, blocking, b * h):
             for b0, b1 in spans:
                 s = _masked_logits(term, q3, k3, mask, b, h, a0, a1, b0, b1)
                 p = s.sub_(lse[:, a0:a1, None]).exp_()  # (B*H, c, k) the forward's probabilities
+                keep = None if ctx.dropout == 0.0 else _keep_scaled(ctx.seed, pair, p, ctx.dropout)
+                pair += 1
                 # Products land in fresh contiguous blocks, then one add into the strided slice:
                 # a bmm into a (B*H, rows, Dh) slice of a longer tensor falls back to one gemm per row of B*H.
-                grad_v[:, b0:b1] += torch.bmm(p.transpose(1, 2), g3[:, a0:a1])
+                used = p if keep is None else p * keep  # what the values were mixed with
+                grad_v[:, b0:b1] += torch.bmm(used.transpose(1, 2), g3[:, a0:a1])
                 dp = torch.bmm(g3[:, a0:a1], v3[:, b0:b1].transpose(1, 2))  # (B*H, c, k)
                 if g_rel is not None:
                     dp = _add_band(dp, g_rel[:, a0:a1], _pair_offset(term, a0, b0))
+                if keep is not None:
+                    dp = dp.mul_(keep)
                 ds = dp.sub_(row_dot[:, a0:a1, None]).mul_(p)  # softmax backward
                 grad_q[:, a0:a1] += torch.bmm(ds, k3[:, b0:b1])
                 grad_k[:, b0:b1] += torch.bmm(ds.transpose(1, 2), q3[:, a0:a1])
                 term.backward(ds, a0, a1, b0, b1)
         shape = (b, h, -1, dh)
-        return (grad_q.view(shape), grad_k.view(shape), grad_v.view(shape), grad_rel_v, None, None, None,
-                *term.finish())
+        return (grad_q.view(shape), grad_k.view(shape), grad_v.view(shape), grad_rel_v, None, None, None, None,
+                None, *term.finish())
+
+
+def _keep_scaled(seed: int, pair: int, like: Tensor, dropout: float) -> Tensor:
+    """The dropout keep mask of block pair ``pair`` scaled by 1 / (1 - dropout): (B*H, c, k) like ``like``.
+
+    Drawn from its own generator seeded with ``seed + pair``, so forward and backward agree
+    without keeping the masks."""
+    gen = torch.Generator(device=like.device).manual_seed(seed + pair)
+    keep = torch.empty_like(like).bernoulli_(1.0 - dropout, generator=gen)
+    return keep.mul_(1.0 / (1.0 - dropout))
 
 
 def _query_blocks(c: int, kk: int, mask: Mask, blocking: Blocking, rows: int):
@@ -415,7 +436,8 @@ class RelBiasTerm(PositionTerm):
 
 @torch.compiler.disable
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: PositionTerm,
-                      rel_v: Optional[Tensor] = None, blocking: Optional[Blocking] = None) -> Tensor:
+                      rel_v: Optional[Tensor] = None, blocking: Optional[Blocking] = None,
+                      dropout: float = 0.0) -> Tensor:
     """Exact masked attention in blocks.
 
     Args:
@@ -426,6 +448,8 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
         term: the scheme's :class:`PositionTerm`, built for this call.
         rel_v: Shaw's value table (N, Dh), or None.
         blocking: block sizes (None: :data:`DEFAULT_BLOCKING`).
+        dropout: attention dropout on the probabilities (training); its seed is drawn from
+            torch's global generator, as ``F.dropout`` draws its masks.
     Returns:
         (B, H, C, Dh); zeros for query rows with no allowed key.
 
@@ -433,4 +457,8 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
     compiled training step only meets it for inputs past :data:`BLOCKED_MIN_LOGITS`.
     """
     check_mask(mask, q.size(0), q.size(2), k.size(2))
-    return _BlockedAttention.apply(q, k, v, rel_v, mask, blocking or DEFAULT_BLOCKING, term, *term.tensors)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
+    seed = int(torch.randint(0, 1 << 62, ())) if dropout > 0.0 else 0
+    return _BlockedAttention.apply(q, k, v, rel_v, mask, blocking or DEFAULT_BLOCKING, dropout, seed, term,
+                                   *term.tensors)

@@ -35,6 +35,7 @@ class RelBiasScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
-        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout, needs_grad(q, k, v, self.rel_bias)):
-            return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias))
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_bias)):
+            return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias),
+                                     dropout=self.dropout if self.training else 0.0)
         return super().forward(q, k, v, mask)

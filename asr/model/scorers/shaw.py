@@ -55,10 +55,11 @@ class ShawScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
-        if use_blocked(b, self.num_heads, c, kk, self.training, self.dropout, needs_grad(q, k, v, self.rel_k)):
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_k)):
             q_s = q * self.scale
             rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)
-            return blocked_attention(q_s, k, v, mask, ShawTerm(rel), rel_v=self.rel_v)
+            return blocked_attention(q_s, k, v, mask, ShawTerm(rel), rel_v=self.rel_v,
+                                     dropout=self.dropout if self.training else 0.0)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits = self._logits(q, k)  # (B*H, C, K)
         if mask4 is not None:
