@@ -173,10 +173,10 @@ class _BlockedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, rel_v, mask, blocking, dropout, seed, term, *term_tensors):
-        b, h, c, dh = q.shape
-        kk = k.size(2)
+        b, h, c, _ = q.shape
+        kk, dh = k.size(2), v.size(3)  # the values' width may differ from the queries' and keys'
         term.start(b, h, c, kk, kk - c, backward=False)
-        q3, k3, v3 = (t.reshape(b * h, -1, dh) for t in (q, k, v))  # (B*H, C|K, Dh)
+        q3, k3, v3 = (t.reshape(b * h, t.size(2), t.size(3)) for t in (q, k, v))  # (B*H, C|K, Dh)
         out = q3.new_zeros(b * h, c, dh)
         lse = q3.new_full((b * h, c), float("inf"))  # +inf: a row that sees no key (its p is 0 in backward)
         bins = None if rel_v is None else q3.new_zeros(b * h, c, rel_v.size(0))  # (B*H, C, N)
@@ -254,8 +254,7 @@ class _BlockedAttention(torch.autograd.Function):
                 grad_q[:, a0:a1] += torch.bmm(ds, k3[:, b0:b1])
                 grad_k[:, b0:b1] += torch.bmm(ds.transpose(1, 2), q3[:, a0:a1])
                 term.backward(ds, a0, a1, b0, b1)
-        shape = (b, h, -1, dh)
-        return (grad_q.view(shape), grad_k.view(shape), grad_v.view(shape), grad_rel_v, None, None, None, None,
+        return (grad_q.view(b, h, c, -1), grad_k.view(b, h, kk, -1), grad_v.view(b, h, kk, -1), grad_rel_v, None, None, None, None,
                 None, *term.finish())
 
 
