@@ -105,7 +105,7 @@ def estimate_encode_bytes(model, batch: int, frames: int, chunk_size: int = 0, l
     out_frames = int(enc.output_length(frames))
     b, d, h = batch, shape.d_model, shape.heads
     outputs = b * out_frames * (2 * d + 2 * vocab) * FLOAT  # encoder output, CTC logits and log-probs
-    if streams_chunks(chunk_size, left_chunks):
+    if streams_chunks(chunk_size, left_chunks, out_frames):
         # One utterance at a time through stream_step: a chunk's working set, its cache and a piece.
         keys = (left_chunks + 1) * chunk_size
         per_chunk = chunk_layer_bytes(shape, 1, chunk_size, keys, blocked=False)

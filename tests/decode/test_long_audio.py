@@ -6,6 +6,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asr.decode import decode_batch
+from asr.decode import long_audio
 from asr.decode.long_audio import encode_batch, stream_chunks
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
@@ -30,17 +31,21 @@ def batch(lengths, seed=1):
 
 @pytest.mark.parametrize("pos_enc, cmn", [("rel_xl", 0.0), ("rel_xl", 50.0), ("shaw", 0.0), ("abs_sin", 50.0)])
 @pytest.mark.parametrize("chunk, left", [(4, 0), (3, 2)])
-def test_chunked_decoding_streams_and_equals_the_masked_forward(pos_enc, cmn, chunk, left):
+def test_chunked_decoding_streams_and_equals_the_masked_forward(monkeypatch, pos_enc, cmn, chunk, left):
     model = tiny(pos_enc, cmn)
     feats, lens = batch([230, 97, 61])
+    monkeypatch.setattr(long_audio, "STREAM_MIN_FRAMES", 40)  # this batch (57 encoder frames) streams
+    calls = []
+    monkeypatch.setattr(long_audio, "stream_chunks", lambda *a, **k: calls.append(1) or stream_chunks(*a, **k))
     with torch.no_grad():
         masked, masked_lens = model.encode(feats, lens, chunk_size=chunk, left_chunks=left)
         streamed, streamed_lens = encode_batch(model, feats, lens, chunk, left)
-    assert torch.equal(streamed_lens, masked_lens)
+    assert torch.equal(streamed_lens, masked_lens) and len(calls) == 3
     for b, n in enumerate(masked_lens.tolist()):
         torch.testing.assert_close(streamed[b, :n], masked[b, :n], rtol=1e-5, atol=1e-5)
     # The decoding entry point takes that route: same hypotheses as decoding the masked encoder output.
     hyps = decode_batch(model, feats, lens, "ctc_greedy", chunk_size=chunk, left_chunks=left)
+    assert len(calls) == 6
     from asr.decode.ctc_greedy import ctc_greedy
 
     assert hyps == ctc_greedy(model.ctc_log_probs(masked), masked_lens, model.blank_id)
