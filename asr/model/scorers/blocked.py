@@ -164,7 +164,9 @@ def _pair_offset(term: PositionTerm, a0: int, b0: int) -> int:
 class _BlockedAttention(torch.autograd.Function):
     """out = softmax(term logits, masked) v [+ bucket_sums(probs) rel_v], in blocks; see the module docstring.
 
-    Args (forward): q (B, H, C, Dh) scaled queries against the keys; k, v (B, H, K, Dh);
+    Args (forward): q (B, H, C, Dh) scaled queries against the keys; q_bias: None or (H, Dh) added
+    to every query against the keys (Transformer-XL's u: added per block, so q + u is never kept);
+    k, v (B, H, K, Dh);
     rel_v: None or Shaw's (N, Dh) value table; mask: see :data:`Mask`; blocking;
     dropout: the attention dropout rate (0: none), whose keep masks are drawn per block pair from
     ``seed`` and the pair's index, so the backward draws the very same ones;
@@ -172,19 +174,21 @@ class _BlockedAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, rel_v, mask, blocking, dropout, seed, term, *term_tensors):
+    def forward(ctx, q, q_bias, k, v, rel_v, mask, blocking, dropout, seed, term, *term_tensors):
         b, h, c, _ = q.shape
         kk, dh = k.size(2), v.size(3)  # the values' width may differ from the queries' and keys'
         term.start(b, h, c, kk, kk - c, backward=False)
         q3, k3, v3 = (t.reshape(b * h, t.size(2), t.size(3)) for t in (q, k, v))  # (B*H, C|K, Dh)
+        bias = None if q_bias is None else q_bias.repeat(b, 1)[:, None, :]  # (B*H, 1, Dh)
         out = q3.new_zeros(b * h, c, dh)
         lse = q3.new_full((b * h, c), float("inf"))  # +inf: a row that sees no key (its p is 0 in backward)
         bins = None if rel_v is None else q3.new_zeros(b * h, c, rel_v.size(0))  # (B*H, C, N)
         pair = 0
         for a0, a1, spans in _query_blocks(c, kk, mask, blocking, b * h):
             row_max = row_sum = acc = acc_bins = None
+            q_block = q3[:, a0:a1] if bias is None else q3[:, a0:a1] + bias  # (B*H, c, Dh)
             for b0, b1 in spans:
-                s = _masked_logits(term, q3, k3, mask, b, h, a0, a1, b0, b1)  # (B*H, c, k)
+                s = _masked_logits(term, q_block, k3, mask, b, h, a0, a1, b0, b1)  # (B*H, c, k)
                 block_max = s.amax(-1)  # (B*H, c)
                 new_max = block_max if row_max is None else torch.maximum(row_max, block_max)
                 ref = new_max.masked_fill(new_max == float("-inf"), 0.0)  # rows that saw no key yet
@@ -214,7 +218,7 @@ class _BlockedAttention(torch.autograd.Function):
                 bins[:, a0:a1] = acc_bins * inv[..., None]
         if rel_v is not None:
             out = out.baddbmm_(bins, rel_v.expand(b * h, *rel_v.shape))
-        ctx.save_for_backward(q3, k3, v3, rel_v, out, lse, bins, *term_tensors)
+        ctx.save_for_backward(q3, q_bias, k3, v3, rel_v, out, lse, bins, *term_tensors)
         ctx.mask, ctx.blocking, ctx.term_type, ctx.dropout, ctx.seed = mask, blocking, type(term), dropout, seed
         ctx.dims = (b, h, c, kk, dh)
         return out.view(b, h, c, dh)
@@ -222,7 +226,7 @@ class _BlockedAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        q3, k3, v3, rel_v, out, lse, bins, *term_tensors = ctx.saved_tensors
+        q3, q_bias, k3, v3, rel_v, out, lse, bins, *term_tensors = ctx.saved_tensors
         b, h, c, kk, dh = ctx.dims
         mask, blocking = ctx.mask, ctx.blocking
         term = ctx.term_type(*term_tensors)
@@ -234,10 +238,12 @@ class _BlockedAttention(torch.autograd.Function):
         if rel_v is not None:
             g_rel = torch.matmul(g3, rel_v.t())  # (B*H, C, N): g_i . rel_v[bucket]
             grad_rel_v = torch.matmul(bins.reshape(-1, bins.size(-1)).t(), g3.reshape(-1, dh))  # (N, Dh)
+        bias = None if q_bias is None else q_bias.repeat(b, 1)[:, None, :]  # (B*H, 1, Dh)
         pair = 0
         for a0, a1, spans in _query_blocks(c, kk, mask, blocking, b * h):
+            q_block = q3[:, a0:a1] if bias is None else q3[:, a0:a1] + bias  # (B*H, c, Dh)
             for b0, b1 in spans:
-                s = _masked_logits(term, q3, k3, mask, b, h, a0, a1, b0, b1)
+                s = _masked_logits(term, q_block, k3, mask, b, h, a0, a1, b0, b1)
                 p = s.sub_(lse[:, a0:a1, None]).exp_()  # (B*H, c, k) the forward's probabilities
                 keep = None if ctx.dropout == 0.0 else _keep_scaled(ctx.seed, pair, p, ctx.dropout)
                 pair += 1
@@ -252,10 +258,12 @@ class _BlockedAttention(torch.autograd.Function):
                     dp = dp.mul_(keep)
                 ds = dp.sub_(row_dot[:, a0:a1, None]).mul_(p)  # softmax backward
                 grad_q[:, a0:a1] += torch.bmm(ds, k3[:, b0:b1])
-                grad_k[:, b0:b1] += torch.bmm(ds.transpose(1, 2), q3[:, a0:a1])
+                grad_k[:, b0:b1] += torch.bmm(ds.transpose(1, 2), q_block)
                 term.backward(ds, a0, a1, b0, b1)
-        return (grad_q.view(b, h, c, -1), grad_k.view(b, h, kk, -1), grad_v.view(b, h, kk, -1), grad_rel_v, None, None, None, None,
-                None, *term.finish())
+        grad_q = grad_q.view(b, h, c, -1)
+        grad_bias = None if q_bias is None else grad_q.sum((0, 2))  # (H, Dh)
+        return (grad_q, grad_bias, grad_k.view(b, h, kk, -1), grad_v.view(b, h, kk, -1), grad_rel_v, None, None, None,
+                None, None, *term.finish())
 
 
 def _keep_scaled(seed: int, pair: int, like: Tensor, dropout: float) -> Tensor:
@@ -278,10 +286,10 @@ def _query_blocks(c: int, kk: int, mask: Mask, blocking: Blocking, rows: int):
         yield a0, a1, [(b0, min(hi, b0 + kb)) for b0 in range(lo, hi, kb)]
 
 
-def _masked_logits(term: PositionTerm, q3: Tensor, k3: Tensor, mask: Mask, b: int, h: int,
+def _masked_logits(term: PositionTerm, q_block: Tensor, k3: Tensor, mask: Mask, b: int, h: int,
                    a0: int, a1: int, b0: int, b1: int) -> Tensor:
-    """The (B*H, c, k) logits of one block pair with -inf where the mask forbids."""
-    s = term.logits(q3[:, a0:a1], k3[:, b0:b1], a0, a1, b0, b1)
+    """The (B*H, c, k) logits of query block [a0, a1) (``q_block``) and keys [b0, b1), -inf where the mask forbids."""
+    s = term.logits(q_block, k3[:, b0:b1], a0, a1, b0, b1)
     if mask is None:
         return s
     m = term.keys - term.queries
@@ -316,8 +324,9 @@ def _add_band(x: Tensor, table: Tensor, offset: int) -> Tensor:
 
 
 class RelXLTerm(PositionTerm):
-    """Transformer-XL's bd term: tensors q_pos (B, H, C, Dh) = (q + v) / sqrt(Dh), and
-    p (H, Dh, K + C - 1), the projected sinusoids of r = K-1 down to -(C-1).
+    """Transformer-XL's bd term: tensors q_s (B, H, C, Dh) = q / sqrt(Dh), v_s (H, Dh) = v / sqrt(Dh)
+    and p (H, Dh, K + C - 1), the projected sinusoids of r = K-1 down to -(C-1); the bd queries
+    q_s + v_s are made per call and not kept (the ac term's q_s + u_s is the core's ``q_bias``).
 
     A pair of c queries from time t and k keys from time s uses distances r in
     [t - s - k + 1, t - s + c - 1]: c + k - 1 consecutive rows of p, the window ``rel_shift``
@@ -326,17 +335,17 @@ class RelXLTerm(PositionTerm):
 
     def start(self, batch, heads, queries, keys, offset, backward) -> None:
         super().start(batch, heads, queries, keys, offset, backward)
-        q_pos, _ = self.tensors
+        q_s, v_s, _ = self.tensors
         # (H, C, B, Dh): a query block is then one (H, c*B, Dh) view, all utterances against one window.
-        self.q_pos = q_pos.permute(1, 2, 0, 3).contiguous()
+        self.q_pos = (q_s + v_s[None, :, None, :]).permute(1, 2, 0, 3).contiguous()
         # Contiguous (a projected table is (R, H, Dh) underneath) and WIDTH_STEP zero rows longer, so
         # every window can be read WIDTH_STEP-aligned: a (c*B, Dh) x (Dh, 639) product ran 1.4x slower
         # per flop than x (Dh, 640) (MKL, one thread).
-        self.p = torch.nn.functional.pad(self.tensors[1], (0, WIDTH_STEP)).contiguous()  # (H, Dh, R + WIDTH_STEP)
+        self.p = torch.nn.functional.pad(self.tensors[2], (0, WIDTH_STEP)).contiguous()  # (H, Dh, R + WIDTH_STEP)
         self._grad_bd: dict[tuple[int, int], Tensor] = {}
         if backward:
             self.grad_q_pos = torch.zeros_like(self.q_pos)
-            self.grad_p = torch.zeros_like(self.tensors[1], memory_format=torch.contiguous_format)
+            self.grad_p = torch.zeros_like(self.tensors[2], memory_format=torch.contiguous_format)
 
     def _window(self, a0: int, a1: int, b0: int, b1: int, aligned: bool = False) -> tuple[Tensor, Tensor, int]:
         """(query block (H, c*B, Dh), its p window (H, Dh, c + k - 1), first row of the window in p);
@@ -376,7 +385,7 @@ class RelXLTerm(PositionTerm):
         self.grad_p[:, :, first : first + width] += torch.bmm(qb.transpose(1, 2), grad_bd)
 
     def finish(self):
-        return [self.grad_q_pos.permute(2, 0, 1, 3), self.grad_p]
+        return [self.grad_q_pos.permute(2, 0, 1, 3), self.grad_q_pos.sum((1, 2)), self.grad_p]
 
 
 WIDTH_STEP = 16
@@ -436,7 +445,7 @@ class RelBiasTerm(PositionTerm):
 @torch.compiler.disable
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: PositionTerm,
                       rel_v: Optional[Tensor] = None, blocking: Optional[Blocking] = None,
-                      dropout: float = 0.0) -> Tensor:
+                      dropout: float = 0.0, q_bias: Optional[Tensor] = None) -> Tensor:
     """Exact masked attention in blocks.
 
     Args:
@@ -449,6 +458,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
         blocking: block sizes (None: :data:`DEFAULT_BLOCKING`).
         dropout: attention dropout on the probabilities (training); its seed is drawn from
             torch's global generator, as ``F.dropout`` draws its masks.
+        q_bias: None or (H, Dh), added to every query against the keys (per block, never kept).
     Returns:
         (B, H, C, Dh); zeros for query rows with no allowed key.
 
@@ -459,5 +469,5 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
     seed = int(torch.randint(0, 1 << 62, ())) if dropout > 0.0 else 0
-    return _BlockedAttention.apply(q, k, v, rel_v, mask, blocking or DEFAULT_BLOCKING, dropout, seed, term,
+    return _BlockedAttention.apply(q, q_bias, k, v, rel_v, mask, blocking or DEFAULT_BLOCKING, dropout, seed, term,
                                    *term.tensors)

@@ -209,10 +209,12 @@ class RelXLScorer(AttentionScorer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.pos_bias_u)):
-            q_key = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
-            q_pos = torch.add(self.pos_bias_v[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
-            return blocked_attention(q_key, k, v, mask, RelXLTerm(q_pos, self.position_keys(c, kk, q)),
-                                     dropout=self.dropout if self.training else 0.0)
+            # One scaled copy of q serves both terms (u and v are added per block): one (B, H, C, Dh)
+            # tensor kept for backward instead of q + u and q + v.
+            q_s = (q * self.scale).contiguous()  # (B, H, C, Dh)
+            term = RelXLTerm(q_s, self.pos_bias_v * self.scale, self.position_keys(c, kk, q))
+            return blocked_attention(q_s, k, v, mask, term, dropout=self.dropout if self.training else 0.0,
+                                     q_bias=self.pos_bias_u * self.scale)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits, pad = self._blocked_logits(q, k)  # (B, H, pad + C, K)
         if mask4 is not None and pad and mask4.size(2) > 1:
