@@ -6,15 +6,31 @@ pieces), and reports per N: p50/p95 latency from the piece that completes an
 encoder chunk to the next reply, the server's CPU use (its own user+system time
 over the wall time, in cores), and whether every final transcript equals the
 offline streaming recognizer's (``asr.streaming.StreamingRecognizer``, what
-scripts/stream.py runs) with the same chunk, beam and rescoring weights.
+scripts/stream.py runs) with the same chunk, beam and rescoring weights; CPU per stream is the
+server's CPU time over the seconds of audio the N clients streamed (the cores one real-time
+stream costs; unlike cores over wall time it does not shrink when a loaded machine lets the
+server fall behind).
 Endpointing is off so the finals are comparable. Bounded: --max-seconds caps
 each N's run; the server is stopped at the end.
+
+--backend sherpa-onnx drives sherpa-onnx's C++ WebSocket server (sherpa-onnx-bin) serving a
+scripts/export.py --format sherpa-onnx export of the same checkpoint, with the same clients,
+audio and pacing (its own protocol: float32 samples, "Done"); its finals are compared with our
+streaming recognizer's CTC greedy text (it decodes greedily) on the same audio plus the tail
+of zeros the server appends (asr/interop/sherpa_check.py).
 
 Usage:
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 1,8,16,32
     python scripts/bench_serve.py --checkpoint CKPT --clients 4 a.wav b.wav
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend onnx --onnx-model STEP.onnx
     python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --lm data/synth/lm/4gram.arpa.gz
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --backend sherpa-onnx --sherpa-export DIR
+    python scripts/bench_serve.py --checkpoint CKPT --cuts data/synth/cuts_test.jsonl.gz --clients 32 \
+        --hotwords-per-client 100 --hotword-pool data/synth_biasing/biasing/pool.txt
+
+--hotwords-per-client K: every N runs twice, without lists and then with each client sending its
+own K phrases (drawn from --hotword-pool, seeded by the client's index) in its start message;
+the offline reference decodes each client's utterance with the same list.
 """
 
 from __future__ import annotations
@@ -45,13 +61,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunk-size", type=int, default=16)
     parser.add_argument("--left-chunks", type=int, default=4)
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",
-                        help="the server's encoder step (scripts/serve.py --backend; default eager)")
+    parser.add_argument("--backend", choices=("eager", "onnx", "sherpa-onnx"), default="eager",
+                        help="the server's encoder step (scripts/serve.py --backend; default eager), or sherpa-onnx's "
+                             "C++ server")
     parser.add_argument("--onnx-model", help="with --backend onnx: the export (same chunk and left chunks)")
+    parser.add_argument("--sherpa-export", help="with --backend sherpa-onnx: the folder of model.onnx and tokens.txt "
+                                                "(scripts/export.py --format sherpa-onnx; its chunk and left chunks)")
     parser.add_argument("--threads", type=int, default=1, help="the server's decoding threads (default 1)")
     parser.add_argument("--stagger-s", type=float, default=0.0,
                         help="start each client at a seeded random offset in [0, S) s (default 0: all at once)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
+    parser.add_argument("--hotwords-per-client", type=int, default=0,
+                        help="also run every N with each client sending this many hotwords (default 0: no lists)")
+    parser.add_argument("--hotword-pool", help="phrases to draw the clients' lists from, one a line")
     from asr.lm import add_lm_arguments
 
     add_lm_arguments(parser)  # passed on to the server; the offline reference fuses the same LM
@@ -65,6 +87,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--stagger-s ({args.stagger_s}) must be >= 0")
     if (args.backend == "onnx") != bool(args.onnx_model):
         parser.error("--backend onnx and --onnx-model go together")
+    if (args.backend == "sherpa-onnx") != bool(args.sherpa_export):
+        parser.error("--backend sherpa-onnx and --sherpa-export go together")
+    if args.hotwords_per_client < 0 or (args.hotwords_per_client > 0) != bool(args.hotword_pool):
+        parser.error("--hotwords-per-client K (> 0) and --hotword-pool FILE go together")
+    if args.backend == "sherpa-onnx" and args.hotwords_per_client:
+        parser.error("--hotwords-per-client needs our server: sherpa-onnx's CTC server takes no per-connection "
+                     "hotwords")
     args.counts = counts
     return args
 
@@ -85,18 +114,68 @@ def load_waves(args) -> list:
     return waves
 
 
-def offline_texts(args, waves, model, tokenizer, features=None) -> list[str]:
+def offline_texts(args, waves, model, tokenizer, features=None, lists=None) -> list[str]:
+    """The final text of each wave (with ``lists[i]`` as its hotwords when given)."""
     from asr.lm import fusion_from_args
     from asr.streaming.recognizer import StreamingRecognizer
 
     fusion = fusion_from_args(args, tokenizer)
     texts = []
-    for wave in waves:
+    for i, wave in enumerate(waves):
         rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
-                                  fusion=fusion, features=features)
+                                  fusion=fusion, features=features, hotwords=lists[i] if lists else None)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts
+
+
+def start_sherpa(args, waves, model, tokenizer, features):
+    """sherpa-onnx's server on the export, its URI and the texts its finals must equal (our streaming
+    recognizer's CTC greedy text of each wave plus the server's tail); (None, None, None) if it cannot start."""
+    import torch
+
+    from asr.data.features import SAMPLE_RATE
+    from asr.interop.sherpa_check import normalize, our_greedy_texts, tail_seconds
+    from asr.interop.sherpa_onnx import SherpaRunner
+    from asr.interop.sherpa_server import free_port, server_command, start_server
+
+    layout = SherpaRunner(Path(args.sherpa_export) / "model.onnx").layout
+    if (layout.chunk_size, layout.left_chunks) != (args.chunk_size, args.left_chunks):
+        print(f"error: the export streams chunk {layout.chunk_size}, left {layout.left_chunks}; the bench was asked "
+              f"for {args.chunk_size}, {args.left_chunks}", file=sys.stderr)
+        return None, None, None
+    tail = tail_seconds(layout)
+    padded = [torch.cat([w, torch.zeros(int(tail * SAMPLE_RATE))]).numpy() for w in waves]
+    reference = [normalize(t) for t in our_greedy_texts(model, tokenizer, features, layout.chunk_size,
+                                                         layout.left_chunks, padded)]
+    port = free_port()
+    try:
+        server = start_server(server_command(args.sherpa_export, port, tail, layout.input_dim, args.threads,
+                                             max(args.counts)), port)
+    except (OSError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, None, None
+    return server, f"ws://127.0.0.1:{port}", reference
+
+
+def sherpa_final_text(tokens_txt: Path, tokenizer):
+    """session -> the text of sherpa-onnx's final tokens through our tokenizer, normalized as the reference."""
+    from asr.interop.sherpa_check import normalize, read_tokens, symbols_to_ids
+
+    table = read_tokens(tokens_txt)
+
+    def final_text(session) -> str:
+        finals = session.finals
+        return normalize(tokenizer.decode(symbols_to_ids(finals[-1].nbest[0]["tokens"], table))) if finals else ""
+
+    return final_text
+
+
+def client_lists(pool: list[str], clients: int, size: int) -> list[list[str]]:
+    """Client i's hotword list: ``size`` phrases of ``pool`` drawn with seed i."""
+    if size > len(pool):
+        raise ValueError(f"the pool holds {len(pool)} phrases, {size} per client asked")
+    return [random.Random(i).sample(pool, size) for i in range(clients)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -137,9 +216,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_clients(uri: str, waves, n: int, args):
+async def run_clients(uri: str, waves, n: int, args, lists=None):
     from asr.data.features import SAMPLE_RATE
+    from asr.interop.sherpa_server import stream_to_sherpa
     from asr.serve.client import stream_audio
+
+    send = stream_to_sherpa if args.backend == "sherpa-onnx" else stream_audio
 
     chosen = [waves[i % len(waves)] for i in range(n)]
     # Start offsets: 0 (every client at once, chunk boundaries aligned: the worst case) or
@@ -147,11 +229,13 @@ async def run_clients(uri: str, waves, n: int, args):
     rng = random.Random(n)
     offsets = [rng.uniform(0.0, args.stagger_s) for _ in chosen]
 
-    async def client(wave, offset):
+    async def client(wave, offset, hotwords):
         await asyncio.sleep(offset)
-        return await stream_audio(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True)
+        # sherpa-onnx's client takes no hotwords; ours sends a list only when the client has one
+        extra = {"hotwords": hotwords} if hotwords else {}
+        return await send(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True, **extra)
 
-    tasks = [client(w, o) for w, o in zip(chosen, offsets)]
+    tasks = [client(w, o, lists[i] if lists else None) for i, (w, o) in enumerate(zip(chosen, offsets))]
     sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
     return chosen, sessions
 
@@ -169,37 +253,58 @@ def main(argv: list[str] | None = None) -> int:
 
     model, tokenizer, cfg = load_model(args.checkpoint)
     features = FeatureConfig.from_dict(cfg.features)
-    reference = offline_texts(args, waves, model, tokenizer, features)
+    pool = []
+    if args.hotword_pool:
+        from asr.decode.hotwords import read_hotwords
+
+        pool = [text for text, _ in read_hotwords(args.hotword_pool)]
     subsampling = model.encoder.subsampling
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
-         "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
-         "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
-         "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
-         *lm_argv(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        if not line.startswith("serving on "):
-            print(f"error: the server did not start: {line!r}", file=sys.stderr)
+    if args.backend == "sherpa-onnx":
+        server, uri, reference = start_sherpa(args, waves, model, tokenizer, features)
+        final_text = sherpa_final_text(Path(args.sherpa_export) / "tokens.txt", tokenizer)
+        if server is None:
             return 2
-        uri = line.split()[2]
-        print("| clients | p50 latency ms | p95 latency ms | server CPU (cores) | finals == offline |")
-        print("|---|---|---|---|---|")
+    else:
+        reference = offline_texts(args, waves, model, tokenizer, features)
+        final_text = lambda session: session.text  # noqa: E731
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
+             "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
+             "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
+             "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
+             *lm_argv(args)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+    try:
+        if args.backend != "sherpa-onnx":
+            line = server.stdout.readline()
+            if not line.startswith("serving on "):
+                print(f"error: the server did not start: {line!r}", file=sys.stderr)
+                return 2
+            uri = line.split()[2]
+        print("| clients | p50 latency ms | p95 latency ms | server CPU (cores) | finals == reference "
+              "| CPU per stream (cores) | hotwords per client |")
+        print("|---|---|---|---|---|---|---|")
+        k = args.hotwords_per_client
         for n in args.counts:
-            cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
-            try:
-                chosen, sessions = asyncio.run(run_clients(uri, waves, n, args))
-            except asyncio.TimeoutError:
-                print(f"| {n} | timed out after {args.max_seconds} s | | | |", flush=True)
-                continue
-            cores = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
-            lat = [x for w, s in zip(chosen, sessions)
-                   for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
-            same = sum(s.text == reference[i % len(waves)] for i, s in enumerate(sessions))
-            print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
-                  f"{same}/{n} |", flush=True)
+            for lists in ([None, client_lists(pool, n, k)] if k else [None]):
+                expected = ([reference[i % len(waves)] for i in range(n)] if lists is None else
+                            offline_texts(args, [waves[i % len(waves)] for i in range(n)], model, tokenizer,
+                                          features, lists))
+                cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
+                try:
+                    chosen, sessions = asyncio.run(run_clients(uri, waves, n, args, lists))
+                except asyncio.TimeoutError:
+                    print(f"| {n} | timed out after {args.max_seconds} s | | | | | {k if lists else 0} |", flush=True)
+                    continue
+                used = cpu_seconds(server.pid) - cpu0
+                cores = used / (time.perf_counter() - wall0)
+                per_stream = used / (sum(w.numel() for w in chosen) / SAMPLE_RATE)  # cores a real-time stream needs
+                lat = [x for w, s in zip(chosen, sessions)
+                       for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
+                same = sum(final_text(s) == expected[i] for i, s in enumerate(sessions))
+                print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
+                      f"{same}/{n} | {per_stream:.4f} | {k if lists else 0} |", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)

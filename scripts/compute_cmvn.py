@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from asr.data.cmvn import compute_cmvn, save_cmvn
-from asr.data.features import TRAINING_BACKEND, FbankExtractor, load_feature_config
+from asr.data.features import FbankExtractor, load_feature_config, training_backend
 from asr.data.manifest import manifest_stats, read_cuts
 
 
@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--features", default="legacy",
                    help="fbank options: a conf/features preset (legacy, sherpa) or a YAML file (default legacy)")
     args = p.parse_args(argv)
-    extractor = FbankExtractor(load_feature_config(args.features), backend=TRAINING_BACKEND)
+    features = load_feature_config(args.features)
+    extractor = FbankExtractor(features, backend=training_backend(features))
     stats = compute_cmvn(read_cuts(args.cuts, lazy=True), extractor, max_cuts=args.max_utts,
                          num_workers=args.workers, total=manifest_stats(args.cuts).cuts)
     save_cmvn(stats, args.out)

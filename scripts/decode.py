@@ -8,20 +8,21 @@ Usage:
     python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz   # + the token n-gram LM
     python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz \
         --word-lm data/synth/lm/words_3gram.arpa.gz                                # + word LM and lexicon
+    python scripts/decode.py --checkpoint CKPT --hotwords names.txt --hotword-score 2   # + hotword biasing
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --chunk-size 16 --left-chunks 4
         # long audio: chunk by chunk through the streaming encoder, memory independent of the length
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --memory-budget 6G
         # full context: a forward that would not fit 6 GiB takes the blocked attention, or is skipped with advice
 
-Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^26 logits (a 5-minute
-file), exact and in memory linear in the length; every setting is checked against --memory-budget
+Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
+minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
 (default: 80% of the memory available at the start) before it runs, so nothing is killed by the kernel.
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
 seconds) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
-Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm].
+Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm][_hotwords].
 The evaluation itself is asr.decode.evaluate, the one the ablation uses too.
 """
 
@@ -41,6 +42,7 @@ from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
 from asr.decode.memory import default_budget, parse_bytes  # noqa: E402
+from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
 
@@ -61,6 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in attention rescoring")
     parser.add_argument("--reverse-weight", type=float, default=0.0, help="right-to-left decoder weight")
     add_lm_arguments(parser)  # used by ctc_prefix_beam and attention_rescoring; other modes decode without it
+    add_hotword_arguments(parser)  # the same two modes
     parser.add_argument("--batch-seconds", "--max-duration", dest="batch_seconds", type=float, default=100.0,
                         help="seconds of audio per batch")
     parser.add_argument("--out-dir", help="where JSONL files and summary.json go")
@@ -96,7 +99,7 @@ def default_out_dir(args: argparse.Namespace) -> Path:
     run_dir = Path(args.checkpoint).resolve().parent.parent
     name = Path(args.cuts).name.split(".")[0] if args.cuts else args.split
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
-    lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "")
+    lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "") + ("_hotwords" if args.hotwords else "")
     return run_dir / "decode" / f"{name}_{ctx}{lm}"
 
 
@@ -110,6 +113,9 @@ def format_table(summary: dict) -> str:
         words = lm["word_lm"]
         ctx += (f"; word LM {words['order']}-gram over {words['words']} words, weight {words['weight']}, "
                 f"word bonus {words['word_bonus']}, OOV penalty {words['oov_penalty']}")
+    if summary.get("hotwords"):
+        hot = summary["hotwords"]
+        ctx += f"; {hot['phrases']} hotwords, score {hot['score']}, rescoring keeps {hot['rescore_weight']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
@@ -135,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     cuts = Path(args.cuts) if args.cuts else data_dir / f"cuts_{args.split}.jsonl.gz"
     try:
         fusion = fusion_from_args(args, tokenizer)
+        biasing = biasing_from_args(args, tokenizer)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"decode: {err}")
     result = evaluate_utterances(
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
         memory_budget=args.memory_budget,
+        biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight,
     )
     out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
     if args.word_lm:
         summary["lm"]["word_lm"] = {"path": str(args.word_lm), **summary["lm"]["word_lm"]}
+    if biasing is not None:
+        summary["hotwords"].update(path=str(args.hotwords), score=args.hotword_score, **biasing.settings())
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary))
     print(f"results: {out_dir}")

@@ -1,4 +1,5 @@
-"""Export a checkpoint's streaming encoder step (explicit state tensors in and out) as ONNX and TorchScript.
+"""Export a checkpoint's streaming encoder step (explicit state tensors in and out) as ONNX and TorchScript,
+or the whole streaming CTC model for sherpa-onnx.
 
 One call of the exported step encodes one whole chunk of one stream:
 inputs feats (1, S, F) raw fbank, keys/values (L, 1, H, M, Dh), conv (L, 1, D, k-1),
@@ -14,6 +15,14 @@ Usage:
 Writes encoder_step.onnx, encoder_step.pt (TorchScript) and, with --int8,
 encoder_step.int8.onnx (dynamic int8 weights). Needs the optional extra:
 pip install -e '.[export]'.
+
+sherpa-onnx (its online NeMo CTC format: encoder, CMVN, online CMN and CTC in one graph with
+the stream state as explicit tensors, any number of streams a call; asr/interop/sherpa_onnx.py):
+    python scripts/export.py --checkpoint last.ckpt --out-dir exported/ --format sherpa-onnx --chunk-size 16
+writes model.onnx and tokens.txt and prints the sherpa-onnx commands that run them. It refuses
+(exit 2, naming why) a non-causal model, a chunk size or memory sherpa-onnx cannot hold
+(--chunk-size and --left-chunks >= 1), abs_learned, a checkpoint without its tokenizer, and a
+model trained on fbank options sherpa-onnx does not compute (train with features=sherpa).
 """
 
 from __future__ import annotations
@@ -34,17 +43,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", required=True, type=Path, help="folder for the exported files")
     parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per chunk (default 16)")
     parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory, >= 1 (default 4)")
-    parser.add_argument("--format", choices=("both", "onnx", "torchscript"), default="both")
+    parser.add_argument("--format", choices=("both", "onnx", "torchscript", "sherpa-onnx"), default="both")
     parser.add_argument("--int8", action="store_true", help="also write a dynamically int8-quantized ONNX file")
     args = parser.parse_args(argv)
-    if args.int8 and args.format == "torchscript":
-        parser.error("--int8 quantizes the ONNX file; use --format onnx or both")
+    if args.int8 and args.format in ("torchscript", "sherpa-onnx"):
+        parser.error("--int8 quantizes the encoder-step ONNX file; use --format onnx or both")
     return args
+
+
+def export_sherpa(args: argparse.Namespace) -> int:
+    from asr.interop.sherpa_onnx import SherpaExportError, export_checkpoint, run_commands
+
+    try:
+        model_path, tokens_path, layout = export_checkpoint(args.checkpoint, args.out_dir, args.chunk_size,
+                                                            args.left_chunks)
+    except (OSError, KeyError, ValueError) as err:  # SherpaExportError is a ValueError
+        kind = "cannot export for sherpa-onnx" if isinstance(err, SherpaExportError) else "error"
+        print(f"{kind}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"sherpa-onnx NeMo CTC: chunk {layout.chunk_size} frames ({layout.window} feature frames in, "
+          f"{layout.shift} between chunks), {layout.left_chunks} left chunks, scheme {layout.pos_enc}, "
+          f"online CMN {'on' if layout.online_cmn_frames > 0 else 'off'}")
+    for path in (model_path, tokens_path):
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    if layout.subsampling != 4:
+        print(f"note: sherpa-onnx's CTC timestamps and endpoint rules assume 4x subsampling; this model's is "
+              f"{layout.subsampling}x (its text is unaffected)")
+    print("run it:\n  " + "\n  ".join(run_commands(args.out_dir, layout)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
+    if args.format == "sherpa-onnx":
+        return export_sherpa(args)
     from asr.serve.export import EncoderStep, ExportError, export_onnx, export_torchscript, quantize_int8
     from asr.train.checkpoint import load_model
 

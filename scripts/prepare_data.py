@@ -21,6 +21,10 @@ Usage:
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
   python scripts/prepare_data.py --dev-probes                 # + its dev version (dev voices, for tuning)
   python scripts/prepare_data.py --xengine                    # + test sentences read by flite (evaluation only)
+  python scripts/prepare_data.py --biasing                    # + the hotword biasing benchmark (rare words)
+  python scripts/prepare_data.py --biasing-only --biasing-dir data/synth_biasing   # it alone, from data/synth
+  python scripts/prepare_data.py --capture                    # + test and dev through browser/network capture paths
+  python scripts/prepare_data.py --capture-only --data-dir data/synth   # just those two splits, nothing else
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri
   python scripts/prepare_data.py --corpus aishell --src /corpora/aishell --data-dir data/aishell --units char
   python scripts/prepare_data.py --corpus librispeech --src /corpora/LibriSpeech --data-dir data/libri \
@@ -45,6 +49,7 @@ from asr.synth.probes import DEV_PROBE_FILE, PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
+from asr.synth.capture import CAPTURE_SOURCES, build_capture_split, capture_file
 from asr.synth.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 from asr.lm import (DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names,
                     train_token_lm, train_word_lm, word_lm_path)
@@ -77,7 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "two voices with formants scaled 0.78-1.05. pico_scaled: pico, and eSpeak's formants "
                         "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices "
                         "(Hibari, Piper's joe), so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read "
-                        "55%%. neural_hibari (default): neural with Hibari 80%% of the neural share "
+                        "55%%. neural_hibari (default): neural with Hibari 80%% of the neural share. "
+                        "neural_hibari_capture30 / _capture60: neural_hibari with 30%% / 60%% of train through "
+                        "capture paths (asr/synth/capture.py TRAIN_RANGES: other settings than --capture's) "
                         "(asr/synth/corpus.py PROFILES). "
                         "Dev, test and long are clean eSpeak under every profile")
     p.add_argument("--probes", action="store_true",
@@ -91,6 +98,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also render the test and dev transcripts with flite's awb and rms voices into "
                         "cuts_xengine (test) and cuts_xengine_dev (another engine, for evaluation only; "
                         "skipped with a message when flite is absent)")
+    p.add_argument("--biasing", action="store_true",
+                   help="synth only: also build the hotword biasing benchmark (asr/synth/biasing.py: sentences with "
+                        "rare words absent from the train transcripts, read by test and dev voices, with "
+                        "per-utterance lists; ~360 utterances, a few minutes)")
+    p.add_argument("--biasing-only", action="store_true",
+                   help="build only the biasing benchmark from the existing corpus in --data-dir (nothing else "
+                        "there is touched when --biasing-dir points elsewhere)")
+    p.add_argument("--biasing-dir", default=None, help="where the biasing benchmark goes (default: the data dir)")
+    p.add_argument("--capture", action="store_true",
+                   help="also pass the test and dev utterances through capture paths (44.1/48 kHz round trips with "
+                        "and without anti-aliasing, gain control, noise suppression, telephone, MP3, clipping; one "
+                        "per utterance, fixed by the seed and cut id) into cuts_capture and cuts_capture_dev "
+                        "(evaluation only; asr/synth/capture.py)")
+    p.add_argument("--capture-only", action="store_true",
+                   help="build only the capture splits of an existing corpus (no synthesis, tokenizer, LM or CMVN)")
     p.add_argument("--units", default="spm", choices=["spm", "char"])
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--model-type", default="bpe", choices=["unigram", "bpe"])
@@ -110,6 +132,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--lm-order ({args.lm_order}) must be >= 0 (0: no LM)")
     if args.word_lm_order < 0:
         p.error(f"--word-lm-order ({args.word_lm_order}) must be >= 0 (0: no word LM)")
+    if (args.biasing or args.biasing_only) and args.corpus != "synth":
+        p.error(f"--biasing builds sentences of the synth corpus; it has no meaning for --corpus {args.corpus}")
+    if (args.capture or args.capture_only) and args.corpus != "synth":
+        p.error("--capture passes the synth corpus's test and dev utterances through capture paths; "
+                f"it has no meaning for --corpus {args.corpus}")
     if args.xengine and args.corpus != "synth":
         p.error("--xengine renders the synth corpus's test sentences with another engine; it has no meaning "
                 f"for --corpus {args.corpus}")
@@ -160,10 +187,43 @@ def prepare_xengine(out: Path, force: bool) -> None:
         print(f"xengine ({split} sentences): {len(result.cuts)} cuts, {result.hours:.2f} h{skipped} -> {path}")
 
 
+def prepare_biasing(args: argparse.Namespace, out: Path) -> None:
+    """The biasing benchmark into --biasing-dir (default ``out``), its rare words checked against out's train text."""
+    from asr.synth.biasing import build_biasing_sets
+
+    train_path = out / "cuts_train.jsonl.gz"
+    if not train_path.is_file():
+        sys.exit(f"--biasing needs the train transcripts: {train_path} is missing (build the corpus first)")
+    dest = Path(args.biasing_dir or out)
+    built = build_biasing_sets(dest, (cut_text(c) for c in read_cuts(train_path, out, lazy=True)), seed=args.seed,
+                               workers=args.workers)
+    for split, cuts in built.items():
+        print(f"{split}: {len(cuts)} cuts, {sum(c.duration for c in cuts) / 3600:.2f} h -> {dest}")
+
+
+def prepare_capture(out: Path, seed: int, force: bool) -> None:
+    """The capture splits of the test and dev utterances, unless they exist."""
+    for split in CAPTURE_SOURCES:
+        path = out / capture_file(split)
+        if path.is_file() and not force:
+            print(f"capture: {path} exists (--force rebuilds it)")
+            continue
+        result = build_capture_split(out, source_split=split, seed=seed)
+        skipped = f", skipped {dict(result.skipped)}" if result.skipped else ""
+        print(f"capture ({split} utterances): {len(result.cuts)} cuts {dict(sorted(result.families.items()))}"
+              f"{skipped} -> {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.data_dir or f"data/{args.corpus}")
     started = time.perf_counter()
+    if args.biasing_only:
+        prepare_biasing(args, out)
+    if args.capture_only:
+        prepare_capture(out, args.seed, args.force)
+        print(f"done in {time.perf_counter() - started:.1f} s")
+        return
     if args.corpus == "synth":
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
                           args.long_hours, args.workers, args.profile)
@@ -177,6 +237,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"-> {out / DEV_PROBE_FILE}")
         if args.xengine:
             prepare_xengine(out, args.force)
+        if args.biasing:
+            prepare_biasing(args, out)
+        if args.capture:
+            prepare_capture(out, args.seed, args.force)
     else:
         out.mkdir(parents=True, exist_ok=True)
         import_corpus(args, out)

@@ -10,7 +10,10 @@ Steps (each one reuses what earlier runs left):
  1. build the synthetic corpus, tokenizer, token and word LMs and CMVN in data/synth
     (scripts/prepare_data.py) unless they exist; with flite installed also the xengine
     split (the test sentences read by flite's awb and rms voices: another engine,
-    evaluation only);
+    evaluation only), and the capture split (the test utterances through a browser's or a
+    network's capture paths: resampling, gain control, noise suppression, telephone, MP3,
+    clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_floor.json: with
+    a -90 dBFS noise floor, so digital silence reads as faint noise);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~30 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished; a run of another corpus or recipe (its
@@ -20,7 +23,8 @@ Steps (each one reuses what earlier runs left):
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
     (summary.json: WER, CER, RTF and skipped cuts; <mode>.jsonl: one line per utterance),
-    and the xengine split full-context into decode/xengine_full when it exists; then
+    the xengine split full-context into decode/xengine_full when it exists, and the capture
+    split into decode/capture_full; then
     attention rescoring again with the token LM and the word LM (with its lexicon) fused
     (decode/<split>_<context>_lm): the rows without them say what the acoustic model hears,
     the "+ LM" rows what a user gets;
@@ -45,6 +49,7 @@ PY = sys.executable
 sys.path.insert(0, str(ROOT))
 
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
+from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 
@@ -63,6 +68,11 @@ def run(cmd: list[str], what: str) -> None:
 TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
 CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
                 str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")))
+
+
+# experiment=quickstart trains with conf/features/floor (digital silence read as a -90 dBFS floor),
+# so its global CMVN is computed with those options (data.cmvn_file in conf/experiment/quickstart.yaml).
+QUICKSTART_CMVN = "cmvn_floor.json"
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
@@ -183,8 +193,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"corpus ({args.profile}), tokenizer, LM and CMVN found in {data_dir}")
     else:
         # --xengine: the test sentences read by flite too, when flite is installed (else a skip message)
-        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine", "--profile", args.profile],
-            "prepare synth corpus")
+        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--xengine", "--capture",
+             "--profile", args.profile], "prepare synth corpus")
+    if not (data_dir / CAPTURE_FILE).is_file():  # a corpus prepared before the capture split existed
+        run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--capture-only"], "build the capture split")
+    if not (data_dir / QUICKSTART_CMVN).is_file():  # the recipe's fbank has a noise floor (conf/features/floor)
+        run([PY, "scripts/compute_cmvn.py", str(data_dir / TRAIN_MANIFEST), str(data_dir / QUICKSTART_CMVN),
+             "--features", "floor", "--max-utts", "8000"], "CMVN for the recipe's features (noise floor)")
 
     fingerprint = corpus_fingerprint(data_dir)
     run_dir = choose_run_dir(run_dir, fingerprint)
@@ -227,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
                                             args.threads, split="xengine")),
                     ("xengine + LM", decode(ckpt, results / "xengine_full_lm", "attention_rescoring", 0,
                                             args.threads, split="xengine", lms=lms))]
+
+    # The test utterances through capture paths (a browser's resampling and gain control, a phone, a codec)
+    decoded += [("capture full", decode(ckpt, results / "capture_full", "attention_rescoring,ctc_greedy", 0,
+                                        args.threads, split="capture")),
+                ("capture + LM", decode(ckpt, results / "capture_full_lm", "attention_rescoring", 0,
+                                        args.threads, split="capture", lms=lms))]
 
     audio = first_test_audio(data_dir)
     if audio:

@@ -12,6 +12,18 @@ Usage:
     python scripts/serve.py --checkpoint last.ckpt --host 0.0.0.0   # reachable from other machines
     python scripts/serve.py --checkpoint last.ckpt --backend onnx --onnx-model export/encoder_step.onnx
     python scripts/serve.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz   # + the token LM
+    python scripts/serve.py --checkpoint last.ckpt --hotwords names.txt   # every connection biased towards them
+    python scripts/serve.py --checkpoint last.ckpt --web   # + the microphone page at http://127.0.0.1:10086/
+
+Clients add their own hotwords in the start message ({"signal": "start", "hotwords": ["anna",
+"new york:3"]}); they are merged with --hotwords for that connection only. A list over
+--max-hotwords phrases or with a phrase over --max-hotword-chars characters gets
+{"status": "failed"} naming the limit.
+
+--web serves a page (asr/serve/web: HTML and JavaScript in the package, nothing
+from elsewhere) on the same port: open http://127.0.0.1:10086/ in a browser, press
+Start, speak. It captures the microphone with an AudioWorklet, resamples to 16 kHz,
+and speaks the same protocol as any other client.
 
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
@@ -33,6 +45,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, add_hotword_arguments,  # noqa: E402
+                                 read_hotwords)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 
 
@@ -53,6 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
     parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
     add_lm_arguments(parser)
+    add_hotword_arguments(parser)
+    parser.add_argument("--max-hotwords", type=int, default=DEFAULT_MAX_PHRASES,
+                        help=f"phrases a client may send in its start message (default {DEFAULT_MAX_PHRASES})")
+    parser.add_argument("--max-hotword-chars", type=int, default=DEFAULT_MAX_PHRASE_CHARS,
+                        help=f"characters in one of them (default {DEFAULT_MAX_PHRASE_CHARS})")
+    parser.add_argument("--web", action="store_true",
+                        help="also serve the microphone page over HTTP on the same port (http://HOST:PORT/)")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
@@ -94,15 +115,20 @@ def build_server(args: argparse.Namespace):
         ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
         chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features),
+        hotwords=read_hotwords(args.hotwords) if args.hotwords else (), hotword_score=args.hotword_score,
+        hotword_rescore_weight=args.hotword_rescore_weight,
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
-                          max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)
+                          max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,
+                          max_hotwords=args.max_hotwords, max_hotword_chars=args.max_hotword_chars, web=args.web)
     return AsrServer(recognizer, config)
 
 
 async def serve(args: argparse.Namespace) -> None:
     server = await build_server(args).start()
     print(f"serving on ws://{args.host}:{server.port} (Ctrl-C stops; {args.backend} backend)", flush=True)
+    if args.web:
+        print(f"microphone page: http://{args.host}:{server.port}/", flush=True)
     try:
         await server.serve_forever()
     finally:

@@ -9,6 +9,7 @@ Usage:
     python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
     python scripts/stream.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz a.wav   # + token LM
+    python scripts/stream.py --checkpoint last.ckpt --hotwords names.txt --hotword-score 2 a.wav   # + hotwords
 
 Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
@@ -32,6 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from asr.data.features import SAMPLE_RATE  # noqa: E402
+from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 
 
@@ -58,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="right-to-left decoder weight in rescoring; needs a U2++ model (default 0)")
     parser.add_argument("--device", default="cpu", help="torch device for the model (default cpu)")
     add_lm_arguments(parser)
+    add_hotword_arguments(parser)
     args = parser.parse_args(argv)
     if args.chunk_ms <= 0:
         parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
@@ -132,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             model, tokenizer, args.chunk_size, args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
             reverse_weight=args.reverse_weight,
             features=FeatureConfig.from_dict(cfg.features),
-            fusion=fusion_from_args(args, tokenizer),
+            fusion=fusion_from_args(args, tokenizer), hotwords=biasing_from_args(args, tokenizer),
+            hotword_rescore_weight=args.hotword_rescore_weight,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.dataset import AsrDataset, cut_text, new_skip_registry
-from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
+from asr.data.features import FbankExtractor, FeatureConfig, training_backend
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
 from asr.data.manifest import CorpusStats, manifest_stats, read_cuts
 from asr.data.shar import RankShardedShar, shar_stats
@@ -135,7 +135,7 @@ class AsrDataModule(L.LightningDataModule):
         # The run's ``features`` group (train.py passes it; None: LEGACY). CMVN stats must have been
         # computed with the same options: see asr.train.run.cmvn_for_features.
         self.features = features if isinstance(features, FeatureConfig) else FeatureConfig.from_dict(features)
-        self.extractor = FbankExtractor(self.features, backend=TRAINING_BACKEND)
+        self.extractor = FbankExtractor(self.features, backend=training_backend(self.features))
         self.cmvn_path = Path(cmvn_file) if Path(cmvn_file).is_absolute() else self.data_dir / cmvn_file
         self._skipped = new_skip_registry()
         self._eval_cache: dict[str, CutSet] = {}

@@ -29,8 +29,10 @@ everything that converts samples, frames and seconds imports these constants.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -41,11 +43,14 @@ FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
 FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
-WINDOW_TYPES = ("povey", "hamming", "hanning", "rectangular", "blackman")
+WINDOW_TYPES = ("povey", "hamming", "hanning", "hann", "rectangular", "blackman")
+MEL_BANKS = ("kaldi", "librosa")
 BACKENDS = ("knf", "torchaudio")
-# Training extracts with torchaudio: a quarter of kaldi-native-fbank's CPU on whole utterances
-# (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader workers that
-# share the cores with the model. Both are within 4e-4 of the float64 frames.
+# Training extracts with torchaudio where it can: a quarter of kaldi-native-fbank's CPU on whole
+# utterances (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader
+# workers that share the cores with the model; both are within 4e-4 of the float64 frames.
+# torchaudio's Kaldi fbank has no librosa mel banks and no periodic "hann" window: options with
+# those train with kaldi-native-fbank (see training_backend).
 TRAINING_BACKEND = "torchaudio"
 
 
@@ -64,12 +69,21 @@ class FeatureConfig:
         low_freq: lowest mel-bank frequency, Hz.
         high_freq: highest mel-bank frequency, Hz; <= 0 is an offset from Nyquist
             (0: Nyquist, -400: 7600 Hz at 16 kHz).
-        window_type: one of :data:`WINDOW_TYPES`.
+        window_type: one of :data:`WINDOW_TYPES` ("hann": periodic, librosa's and NeMo's;
+            "hanning": Kaldi's symmetric one).
         preemphasis: pre-emphasis coefficient in [0, 1] (0: none).
         remove_dc_offset: subtract each window's mean before the FFT.
         dither: Gaussian dither added to the (scaled) samples; 0 is deterministic.
         sample_scale: samples in [-1, 1] are multiplied by this before the fbank (32768:
             int16 range, Kaldi's and Wenet's convention; 1: NeMo's).
+        mel_banks: "kaldi" (Kaldi's triangles on its mel scale) or "librosa" (librosa's and
+            NeMo's: Slaney's mel scale, each triangle scaled to unit area).
+        noise_floor_dbfs: None: off. Else every mel energy gets the (geometric) mean mel energy
+            of white noise at this RMS level (dBFS, full scale 1.0) added: what Kaldi's dither
+            adds on average, as a constant, so deterministic. Digital silence (exact zeros: a muted
+            microphone, padding) then gives the frames of a faint floor instead of
+            log(float eps) = -15.9 against ~+15 for speech, which no training audio has and
+            which drags the CMVN and online-CMN means (issue 38). See :func:`noise_floor_log_mel`.
     """
 
     num_mel_bins: int = 80
@@ -82,6 +96,8 @@ class FeatureConfig:
     remove_dc_offset: bool = True
     dither: float = 0.0
     sample_scale: float = 32768.0
+    mel_banks: str = "kaldi"
+    noise_floor_dbfs: float | None = None
 
     def __post_init__(self) -> None:
         nyquist = SAMPLE_RATE / 2
@@ -106,6 +122,11 @@ class FeatureConfig:
             raise ValueError(f"features.dither ({self.dither}) must be >= 0 (0: off).")
         if not self.sample_scale > 0.0:
             raise ValueError(f"features.sample_scale ({self.sample_scale}) must be > 0.")
+        if self.mel_banks not in MEL_BANKS:
+            raise ValueError(f"features.mel_banks {self.mel_banks!r} is not one of {list(MEL_BANKS)}.")
+        if self.noise_floor_dbfs is not None and not -150.0 <= self.noise_floor_dbfs <= -20.0:
+            raise ValueError(f"features.noise_floor_dbfs ({self.noise_floor_dbfs}) must be null (off) or in "
+                             f"[-150, -20] dBFS.")
 
     @property
     def window_samples(self) -> int:
@@ -130,8 +151,16 @@ class FeatureConfig:
         mine, theirs = self.to_dict(), other.to_dict()
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
+    @property
+    def torchaudio_can(self) -> bool:
+        """torchaudio's Kaldi fbank computes these options (Kaldi mel banks, a Kaldi window)."""
+        return self.mel_banks == "kaldi" and self.window_type != "hann"
+
     def torchaudio_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``torchaudio.compliance.kaldi.fbank`` for these options."""
+        if not self.torchaudio_can:
+            raise ValueError(f"torchaudio's Kaldi fbank has no mel_banks={self.mel_banks!r} / "
+                             f"window_type={self.window_type!r}; use the knf backend.")
         return dict(
             num_mel_bins=self.num_mel_bins, frame_length=self.frame_length_ms, frame_shift=FRAME_SHIFT_MS,
             snip_edges=self.snip_edges, low_freq=self.low_freq, high_freq=self.high_freq,
@@ -157,14 +186,21 @@ class FeatureConfig:
         opts.mel_opts.num_bins = self.num_mel_bins
         opts.mel_opts.low_freq = self.low_freq
         opts.mel_opts.high_freq = self.high_freq
+        opts.mel_opts.is_librosa = self.mel_banks == "librosa"
         return opts
 
 
 LEGACY = FeatureConfig()
-# sherpa-onnx's FeatureExtractorConfig defaults, with samples left in [-1, 1] as it leaves them for
-# NeMo CTC models, the online format scripts/export.py --format sherpa-onnx writes.
-SHERPA = FeatureConfig(snip_edges=False, high_freq=-400.0, sample_scale=1.0)
-PRESETS = {"legacy": LEGACY, "sherpa": SHERPA}  # conf/features/<name>.yaml
+# What sherpa-onnx 2.0.1 computes for online NeMo CTC models, the format scripts/export.py
+# --format sherpa-onnx writes: NeMo's fbank through kaldi-native-fbank (librosa mel banks up to
+# Nyquist, periodic Hann window, no DC removal, centred frames) on samples in [-1, 1]. Not its
+# FeatureExtractorConfig defaults (Kaldi's, for Wenet models): found by probing its frontend
+# with a model that spells its input frames out as tokens (to 1e-4; issue 36 notes).
+SHERPA = FeatureConfig(snip_edges=False, low_freq=0.0, high_freq=0.0, window_type="hann",
+                       remove_dc_offset=False, sample_scale=1.0, mel_banks="librosa")
+# legacy with digital silence read as white noise at -90 dBFS (issue 38)
+FLOOR = FeatureConfig(noise_floor_dbfs=-90.0)
+PRESETS = {"legacy": LEGACY, "sherpa": SHERPA, "floor": FLOOR}  # conf/features/<name>.yaml
 
 
 def load_feature_config(spec: str) -> FeatureConfig:
@@ -179,6 +215,53 @@ def load_feature_config(spec: str) -> FeatureConfig:
     if not path.is_file():
         raise ValueError(f"features {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file.")
     return FeatureConfig.from_dict(yaml.safe_load(path.read_text()))
+
+
+def training_backend(config: FeatureConfig) -> str:
+    """The backend training extracts ``config``'s frames with (:data:`TRAINING_BACKEND` when it can)."""
+    return TRAINING_BACKEND if config.torchaudio_can else "knf"
+
+
+NOISE_FLOOR_SECONDS = 30.0  # of white noise averaged for the floor: 3000 frames, the narrowest bins within ~10%
+
+
+@lru_cache(maxsize=16)
+def _noise_floor(config: FeatureConfig) -> torch.Tensor:
+    # Measured on unit-variance noise (far above the fbank's log(eps) clamp whatever the sample
+    # scale) and moved to the asked level: every step before the mel bank is linear, so mel
+    # energies scale with the noise power.
+    noise = torch.from_numpy(np.random.default_rng(0).standard_normal(int(NOISE_FLOOR_SECONDS * SAMPLE_RATE)))
+    plain = dataclasses.replace(config, noise_floor_dbfs=None, dither=0.0)
+    # float64 through torchaudio where it computes these options, else kaldi-native-fbank's float32
+    # (unit-variance noise sits far above its log(eps) clamp, so float32 loses nothing that matters)
+    backend = "torchaudio" if plain.torchaudio_can else "knf"
+    log_mel = FbankExtractor(plain, backend)(noise).double()  # (T, F)
+    sigma = 10.0 ** (config.noise_floor_dbfs / 20.0) * config.sample_scale
+    return log_mel.mean(0) + 2.0 * np.log(sigma)  # (F,)
+
+
+def noise_floor_log_mel(config: FeatureConfig) -> torch.Tensor | None:
+    """(F,) float64 mean log-mel of white noise at ``config.noise_floor_dbfs`` (None: off).
+
+    Computed once per config from a fixed-seed noise (``NOISE_FLOOR_SECONDS``) through the
+    config's own fbank (window, pre-emphasis, DC removal, mel bank, sample scale), so it is
+    the floor a real faint noise gives in each bin, not a flat constant. The mean of the
+    logs, not the log of the mean (0.3-0.6 nats higher in the narrow low bins): the CMVN
+    and online-CMN statistics are means of log-mel, and zeros should move them as that
+    noise does.
+    """
+    return None if config.noise_floor_dbfs is None else _noise_floor(config)
+
+
+def apply_noise_floor(log_mel: torch.Tensor, config: FeatureConfig) -> torch.Tensor:
+    """(..., T, F) log-mel -> log(mel + floor) per bin, in log-mel's dtype (unchanged when the floor is off).
+
+    Per frame and per bin, so streamed and whole-utterance frames stay the same numbers.
+    """
+    floor = noise_floor_log_mel(config)
+    if floor is None or log_mel.numel() == 0:
+        return log_mel
+    return torch.logaddexp(log_mel, floor.to(device=log_mel.device, dtype=log_mel.dtype))
 
 
 def num_frames(config: FeatureConfig, n_samples: int) -> int:
@@ -222,6 +305,8 @@ class FbankExtractor:
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r} is not one of {list(BACKENDS)}.")
         self.config = config or LEGACY
+        if backend == "torchaudio":
+            self.config.torchaudio_kwargs()  # options torchaudio cannot compute: say so now
         self.backend = backend
         self.num_mel_bins = self.config.num_mel_bins
         self.window_samples = self.config.window_samples
@@ -247,7 +332,7 @@ class FbankExtractor:
 
             dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
             scaled = waveform.to(dtype).unsqueeze(0) * self.config.sample_scale  # (1, n)
-            return kaldi.fbank(scaled, **self.config.torchaudio_kwargs())  # (T, F)
+            return apply_noise_floor(kaldi.fbank(scaled, **self.config.torchaudio_kwargs()), self.config)  # (T, F)
         stream = FbankStream(self.config)
         head = stream.accept(waveform)
         return torch.cat([head, stream.finish()]) if head.numel() else stream.finish()
@@ -301,4 +386,4 @@ class FbankStream:
         frames = np.stack([self._fbank.get_frame(i) for i in range(self._taken, ready)])  # (T, F)
         self._fbank.pop(ready - self._taken)  # never read again: memory stays bounded
         self._taken = ready
-        return torch.from_numpy(frames)
+        return apply_noise_floor(torch.from_numpy(frames), self.config)

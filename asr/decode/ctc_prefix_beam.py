@@ -8,6 +8,11 @@ Without pruning these are exact sums over alignments, so the score of a
 prefix after the last frame is log P(prefix | x). Pruning keeps the ``beam``
 best tokens per frame and the ``beam`` best prefixes after each frame; with
 beam 1 this reduces to greedy CTC decoding.
+
+Prefixes are ranked by CTC plus, when given, the language models' fusion score and the
+hotword context graph's running score (``asr.decode.context_graph``): the provisional bonus of a
+phrase being spelled counts while the prefix grows and is taken back in complete rankings
+(:meth:`CtcPrefixBeamSearch.nbest`) unless the phrase was completed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import math
 
 import torch
 
+from asr.decode.context_graph import ROOT, ContextGraph
 from asr.lm.fusion import Fusion
 
 NEG_INF = float("-inf")
@@ -40,20 +46,24 @@ class CtcPrefixBeamSearch:
         beam: prefixes kept after each frame and tokens tried per frame (>= 1).
         blank_id: CTC blank.
         fusion: a language model to rank prefixes with (None: CTC alone).
+        context: a hotword context graph to bias the ranking with (None: no biasing).
     """
 
-    def __init__(self, beam: int, blank_id: int = 0, fusion: Fusion | None = None) -> None:
+    def __init__(self, beam: int, blank_id: int = 0, fusion: Fusion | None = None,
+                 context: ContextGraph | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
         self.beam = beam
         self.blank_id = blank_id
         self.fusion = fusion
+        self.context = context
         self.reset()
 
     def reset(self) -> None:
         """Forget every frame seen: back to the empty prefix with probability 1."""
-        # prefix -> (pb, pnb, fusion score of its tokens; 0 without fusion)
-        self._beams: dict[tuple[int, ...], tuple[float, float, float]] = {(): (0.0, NEG_INF, 0.0)}
+        # prefix -> (pb, pnb, fusion score of its tokens, context state, context score; 0 without them)
+        self._beams: dict[tuple[int, ...], tuple[float, float, float, int, float]] = {
+            (): (0.0, NEG_INF, 0.0, ROOT, 0.0)}
         self.num_frames = 0
 
     def advance(self, log_probs: torch.Tensor) -> None:
@@ -73,53 +83,63 @@ class CtcPrefixBeamSearch:
         self.num_frames += log_probs.shape[0]
 
     def _step(self, frame_lp: list[float], frame_ids: list[int]) -> None:
-        nxt: dict[tuple[int, ...], list[float]] = {}
-        fusion = self.fusion
+        nxt: dict[tuple[int, ...], list] = {}
+        fusion, context = self.fusion, self.context
+        context_step = context.step if context is not None else None
 
-        def add(prefix: tuple[int, ...], lm: float, pb: float = NEG_INF, pnb: float = NEG_INF) -> None:
+        def add(prefix: tuple[int, ...], lm: float, ctx: int, bias: float, pb: float = NEG_INF,
+                pnb: float = NEG_INF) -> None:
             cur = nxt.get(prefix)
             if cur is None:
-                nxt[prefix] = [pb, pnb, lm]
+                nxt[prefix] = [pb, pnb, lm, ctx, bias]
             else:
                 cur[0] = _logaddexp(cur[0], pb)
                 cur[1] = _logaddexp(cur[1], pnb)
 
-        for prefix, (pb, pnb, lm) in self._beams.items():
+        for prefix, (pb, pnb, lm, ctx, bias) in self._beams.items():
             total = _logaddexp(pb, pnb)
             last = prefix[-1] if prefix else None
             for lp, tok in zip(frame_lp, frame_ids):
                 if tok == self.blank_id:
-                    add(prefix, lm, pb=total + lp)
+                    add(prefix, lm, ctx, bias, pb=total + lp)
                     continue
-                # the fusion score depends on the prefix alone, so merged paths share it
+                # fusion and context scores depend on the prefix alone, so merged paths share them
                 longer_lm = lm + fusion.token_score(prefix, tok) if fusion is not None else 0.0
+                if context_step is not None:
+                    longer_ctx, gain = context_step(ctx, tok)
+                    longer_bias = bias + gain
+                else:
+                    longer_ctx, longer_bias = ROOT, 0.0
                 if tok == last:
                     # Repeat without a blank in between merges into the same token ...
-                    add(prefix, lm, pnb=pnb + lp)
+                    add(prefix, lm, ctx, bias, pnb=pnb + lp)
                     # ... a blank in between makes it a new token.
-                    add(prefix + (tok,), longer_lm, pnb=pb + lp)
+                    add(prefix + (tok,), longer_lm, longer_ctx, longer_bias, pnb=pb + lp)
                 else:
-                    add(prefix + (tok,), longer_lm, pnb=total + lp)
-        scored = [(_logaddexp(pb, pnb), lm, prefix, pb, pnb) for prefix, (pb, pnb, lm) in nxt.items()]
+                    add(prefix + (tok,), longer_lm, longer_ctx, longer_bias, pnb=total + lp)
+        scored = [(_logaddexp(v[0], v[1]), prefix, v) for prefix, v in nxt.items()]
         # Impossible prefixes (a repeat right after a non-blank with pb = -inf) never enter the beam.
         scored = [s for s in scored if s[0] > NEG_INF]
-        scored.sort(key=lambda s: s[0] + s[1], reverse=True)
-        self._beams = {prefix: (pb, pnb, lm) for _, lm, prefix, pb, pnb in scored[: self.beam]}
+        scored.sort(key=lambda s: s[0] + s[2][2] + s[2][4], reverse=True)
+        self._beams = {prefix: tuple(v) for _, prefix, v in scored[: self.beam]}
 
     def nbest(self, complete: bool = True) -> list[tuple[list[int], float]]:
         """Current prefixes with their CTC log-probabilities, best first (by CTC plus fusion when fused).
 
         Args:
-            complete: rank them as whole sentences, the LM's end-of-sentence term included (what a final
-                result needs); False ranks them as prefixes still going on (partial results while streaming).
-                Without fusion both rankings are the CTC one.
+            complete: rank them as whole sentences, the LM's end-of-sentence term included and the
+                provisional hotword bonus of unfinished phrases taken back (what a final result needs);
+                False ranks them as prefixes still going on (partial results while streaming). Without
+                fusion and context both rankings are the CTC one.
         """
         ranked = []
-        for prefix, (pb, pnb, lm) in self._beams.items():
+        for prefix, (pb, pnb, lm, ctx, bias) in self._beams.items():
             ctc = _logaddexp(pb, pnb)
             fused = ctc
             if self.fusion is not None:
                 fused += lm + (self.fusion.end_score(prefix) if complete else 0.0)
+            if self.context is not None:
+                fused += bias + (self.context.finish(ctx) if complete else 0.0)
             ranked.append((fused, list(prefix), ctc))
         ranked.sort(key=lambda x: x[0], reverse=True)
         return [(prefix, ctc) for _, prefix, ctc in ranked]
@@ -131,13 +151,14 @@ class CtcPrefixBeamSearch:
 
 
 def ctc_prefix_beam_search(
-    log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: Fusion | None = None
+    log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: Fusion | None = None,
+    context: ContextGraph | None = None,
 ) -> list[tuple[list[int], float]]:
     """One-shot CTC prefix beam search over (T', V) log-probabilities.
 
     Returns:
         up to ``beam`` (tokens, CTC log-probability) pairs, best first.
     """
-    search = CtcPrefixBeamSearch(beam, blank_id, fusion)
+    search = CtcPrefixBeamSearch(beam, blank_id, fusion, context)
     search.advance(log_probs)
     return search.nbest()

@@ -22,7 +22,7 @@ import contextlib
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,7 @@ import torch
 
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.memory import plan_batch
+from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.wer import ErrorCounter
 from asr.lm.fusion import Fusion
 
@@ -173,6 +174,8 @@ def evaluate_utterances(
     progress: bool = False,
     fusion: Fusion | None = None,
     memory_budget: int | None = None,
+    biasing: Biasing | Mapping[str, Biasing | None] | None = None,
+    hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -183,6 +186,8 @@ def evaluate_utterances(
         batch_seconds: audio per decoding batch (a longer utterance is decoded alone).
         fusion: the language models (token, word or both) for the modes that take them (``FUSED_MODES``);
             the other modes decode without it, so a greedy row stays the acoustic baseline.
+        biasing: hotwords for the same modes: one list for every utterance, or one per utterance key
+            (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
         progress: show a progress bar over the batches.
         memory_budget: bytes a forward may add at its peak (``asr.decode.memory``); None: no guard.
 
@@ -217,9 +222,12 @@ def evaluate_utterances(
                   f"--memory-budget", file=sys.stderr)
         for group, forced in groups:
             blocked_utts += len(group) if forced else 0
+            group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
+                             else [biasing.get(utts[i].key) for i in group])
             _decode_group(model, tokenizer, utts, group, modes, hyps, seconds, forced, beam=beam,
                           chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
-                          reverse_weight=reverse_weight, fusion=fusion)
+                          reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
+                          hotword_rescore_weight=hotword_rescore_weight)
     decoded = [i for i in range(len(utts)) if i not in over_budget]
     audio_s = sum(utts[i].seconds for i in decoded)
     results = {}
@@ -233,6 +241,9 @@ def evaluate_utterances(
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
                 "lm": None if fusion is None else fusion.settings()}
+    if biasing is not None:
+        settings["hotwords"] = {"per_utterance": not isinstance(biasing, Biasing),
+                                "rescore_weight": hotword_rescore_weight}
     if memory_budget is not None:
         settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_utts}
     return SplitResult(results, settings, audio_s, skipped)
@@ -240,9 +251,10 @@ def evaluate_utterances(
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
                   hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, *,
-                  fusion: Fusion | None, **options) -> None:
+                  fusion: Fusion | None, biasing, **options) -> None:
     """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
-    ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``)."""
+    ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
+    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``)."""
     from asr.model.scorers import blocked
 
     feats = torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True)  # (B, T, F)
@@ -250,7 +262,9 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
     for mode in modes:
         start = time.perf_counter()
         with blocked.forced() if forced_blocked else contextlib.nullcontext():
-            ids = decode_batch(model, feats, lens, mode, fusion=fusion if mode in FUSED_MODES else None, **options)
+            fused = mode in FUSED_MODES
+            ids = decode_batch(model, feats, lens, mode, fusion=fusion if fused else None,
+                               biasing=biasing if fused else None, **options)
         seconds[mode] += time.perf_counter() - start
         for i, hyp in zip(group, ids):
             hyps[mode][i] = tokenizer.decode(hyp)

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import torch
 
+from asr.decode.context_graph import ContextGraph
 from asr.lm.fusion import Fusion
 
 
 @torch.no_grad()
 def rescoring_scores(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float, fusion: Fusion | None = None,
+    reverse_weight: float, fusion: Fusion | None = None, context: ContextGraph | None = None,
+    context_weight: float = 1.0,
 ) -> torch.Tensor:
     """Combined score of each n-best entry.
 
     ``attention(y) + ctc_weight * ctc(y)`` where attention(y) mixes the
     left-to-right and right-to-left decoder log-likelihoods (eos included)
     by ``reverse_weight`` (see ``AsrModel.score_hypotheses``); with ``fusion``,
-    plus its sentence score (LM weight * log P_lm(y, </s>) + length bonus * |y|).
+    plus its sentence score (LM weight * log P_lm(y, </s>) + length bonus * |y|);
+    with ``context``, plus ``context_weight`` times the hotword bonus y keeps (its completed phrases).
 
     Args:
         enc_out: (1, T', D); enc_len: int or (1,) tensor.
@@ -35,12 +38,16 @@ def rescoring_scores(
     if fusion is not None:
         scores = scores + torch.tensor([fusion.sentence_score(h) for h in hyps], dtype=torch.float64,
                                        device=att.device)  # (N,)
+    if context is not None and context_weight != 0.0:
+        scores = scores + context_weight * torch.tensor([context.sentence_score(h) for h in hyps],
+                                                        dtype=torch.float64, device=att.device)  # (N,)
     return scores
 
 
 def attention_rescoring(
     model, enc_out: torch.Tensor, enc_len, nbest: list[tuple[list[int], float]], ctc_weight: float,
-    reverse_weight: float, fusion: Fusion | None = None,
+    reverse_weight: float, fusion: Fusion | None = None, context: ContextGraph | None = None,
+    context_weight: float = 1.0,
 ) -> list[int]:
     """The n-best entry with the best combined score.
 
@@ -50,5 +57,6 @@ def attention_rescoring(
         return []
     if int(enc_len) == 0:
         return list(nbest[0][0])
-    scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight, fusion)
+    scores = rescoring_scores(model, enc_out, enc_len, nbest, ctc_weight, reverse_weight, fusion, context,
+                              context_weight)
     return list(nbest[int(scores.argmax())][0])

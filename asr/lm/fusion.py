@@ -13,7 +13,7 @@ log-probability below zero), which would otherwise turn into deletions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,18 +36,22 @@ class Fusion(Protocol):
 
     def settings(self) -> dict: ...
 
+    def with_words(self, words: Iterable[str]) -> Fusion:
+        """The same models with ``words`` (hotwords) added to the lexicon, if there is one."""
+        ...
+
 
 @dataclass(frozen=True)
 class ShallowFusion:
     """A language model and how much it counts.
 
     Args:
-        lm: the token n-gram model (its ids are the ASR model's).
+        lm: the token n-gram model (its ids are the ASR model's): ``NgramLM`` or ``KenLMNgram``.
         weight: scale of the LM log-probability (>= 0; 0 turns the LM off).
         length_bonus: added per token (any finite value).
     """
 
-    lm: NgramLM
+    lm: NgramLM  # or asr.lm.kenlm_backend.KenLMNgram: the same scoring interface
     weight: float
     length_bonus: float = 0.0
 
@@ -71,6 +75,9 @@ class ShallowFusion:
 
     def settings(self) -> dict:
         return {"order": self.lm.order, "weight": self.weight, "length_bonus": self.length_bonus}
+
+    def with_words(self, words: Iterable[str]) -> ShallowFusion:
+        return self  # no lexicon: a token LM spells anything
 
 
 @dataclass(frozen=True)
@@ -97,3 +104,7 @@ class FusionSum:
         for part in self.parts:
             merged.update(part.settings())
         return merged
+
+    def with_words(self, words: Iterable[str]) -> FusionSum:
+        words = frozenset(words)
+        return FusionSum(tuple(part.with_words(words) for part in self.parts))

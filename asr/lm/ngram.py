@@ -61,13 +61,7 @@ class NgramLM:
 
     def context(self, history: Sequence[int]) -> tuple[int, ...]:
         """The last order - 1 ids of <s> + history: all the model looks at."""
-        n = self.order - 1
-        if n == 0:
-            return ()
-        if len(history) >= n:
-            # only the tail: the beam asks this for every (prefix, token), and prefixes grow with the audio
-            return tuple(history[-n:])
-        return (BOS, *history)
+        return ngram_context(self.order, history)
 
     def logprob(self, history: Sequence[int], token: int) -> float:
         """log P(token | history); history holds the sentence's ids so far (no <s>)."""
@@ -91,6 +85,17 @@ class NgramLM:
     def num_ngrams(self) -> list[int]:
         """How many n-grams each order stores (1..n)."""
         return [len(table) for table in self.logprobs]
+
+
+def ngram_context(order: int, history: Sequence[int]) -> tuple[int, ...]:
+    """The last order - 1 ids of <s> + history: all an n-gram model of ``order`` looks at."""
+    n = order - 1
+    if n == 0:
+        return ()
+    if len(history) >= n:
+        # only the tail: the beam asks this for every (prefix, token), and prefixes grow with the audio
+        return tuple(history[-n:])
+    return (BOS, *history)
 
 
 def _backoff_logprob(logprobs: list[dict[tuple[int, ...], float]], backoffs: dict[tuple[int, ...], float],

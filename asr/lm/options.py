@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from asr.lm.fusion import Fusion, FusionSum, ShallowFusion
+from asr.lm.kenlm_backend import BACKENDS, load_kenlm_token_lm, load_kenlm_word_lm, use_kenlm
 from asr.lm.token_lm import DEFAULT_LENGTH_BONUS, DEFAULT_LM_WEIGHT, lm_path, load_token_lm, token_names
 from asr.lm.words import (DEFAULT_OOV_PENALTY, DEFAULT_WORD_BONUS, DEFAULT_WORD_LM_WEIGHT, WordFusion, load_word_lm,
                           word_lm_path)
@@ -31,6 +32,9 @@ def add_lm_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{word_lm_path('data/synth')}; alone or beside --lm")
     for flag, default, text in _SCORE_OPTIONS:
         parser.add_argument(flag, type=float, default=default, help=f"{text} (default {default})")
+    parser.add_argument("--lm-backend", choices=BACKENDS, default="auto",
+                        help="who reads --lm / --word-lm: auto (a KenLM binary: KenLM; ARPA: ours), ours, or kenlm "
+                             "(ARPA too; for LMs too large for ours; pip install kenlm)")
 
 
 def lm_argv(args: argparse.Namespace) -> list[str]:
@@ -41,7 +45,8 @@ def lm_argv(args: argparse.Namespace) -> list[str]:
     if not argv:
         return []
     return argv + [part for flag, _, _ in _SCORE_OPTIONS
-                   for part in (flag, str(getattr(args, flag[2:].replace("-", "_"))))]
+                   for part in (flag, str(getattr(args, flag[2:].replace("-", "_"))))] + [
+        "--lm-backend", getattr(args, "lm_backend", "auto")]
 
 
 def fusion_from_args(args: argparse.Namespace, tokenizer) -> Fusion | None:
@@ -49,10 +54,12 @@ def fusion_from_args(args: argparse.Namespace, tokenizer) -> Fusion | None:
     or None without ``--lm`` and ``--word-lm``. Bad files or values raise ValueError / FileNotFoundError
     with the reason."""
     parts: list[Fusion] = []
+    backend = getattr(args, "lm_backend", "auto")
     if args.lm:
-        parts.append(ShallowFusion(load_token_lm(args.lm, tokenizer), args.lm_weight, args.length_bonus))
+        load = load_kenlm_token_lm if use_kenlm(args.lm, backend) else load_token_lm
+        parts.append(ShallowFusion(load(args.lm, tokenizer), args.lm_weight, args.length_bonus))
     if getattr(args, "word_lm", None):
-        word_lm, words = load_word_lm(args.word_lm)
+        word_lm, words = (load_kenlm_word_lm if use_kenlm(args.word_lm, backend) else load_word_lm)(args.word_lm)
         parts.append(WordFusion(word_lm, words, token_names(tokenizer), args.word_lm_weight, args.word_bonus,
                                 args.oov_penalty))
     if not parts:

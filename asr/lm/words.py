@@ -25,6 +25,7 @@ Pure Python, like the rest of asr.lm.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -38,6 +39,11 @@ DEFAULT_WORD_LM_ORDER = 3
 DEFAULT_WORD_LM_WEIGHT = 0.3
 DEFAULT_WORD_BONUS = 1.0
 DEFAULT_OOV_PENALTY = 10.0
+
+
+def _prefixes(words: Iterable[str]) -> set[str]:
+    """Every non-empty beginning of every word (the words themselves included)."""
+    return {w[:k] for w in words for k in range(1, len(w) + 1)}
 
 
 def word_lm_path(data_dir: str | Path, order: int = DEFAULT_WORD_LM_ORDER) -> Path:
@@ -90,13 +96,17 @@ def arpa_vocabulary(path: str | Path) -> list[str]:
     return words
 
 
-def load_word_lm(path: str | Path) -> tuple[NgramLM, list[str]]:
-    """(lm, names) from an ARPA word LM, ours or another tool's (its words become the lexicon)."""
-    words = arpa_vocabulary(path)
+def word_names(path: str | Path, words: Sequence[str]) -> list[str]:
+    """The id -> word table of a word LM with vocabulary ``words``: they, then </s>; refused without <unk>."""
     if UNK_WORD not in words:
         raise ValueError(f"{path}: the word LM has no {UNK_WORD} unigram, so a word outside its vocabulary could "
                          f"not be scored; build it with scripts/train_lm.py --words or add <unk>")
-    names = [*words, "</s>"]
+    return [*words, "</s>"]
+
+
+def load_word_lm(path: str | Path) -> tuple[NgramLM, list[str]]:
+    """(lm, names) from an ARPA word LM, ours or another tool's (its words become the lexicon)."""
+    names = word_names(path, arpa_vocabulary(path))
     return load_arpa(path, names), names
 
 
@@ -129,10 +139,31 @@ class WordFusion:
         if self._unk_id is None:
             raise ValueError(f"the word LM's vocabulary has no {UNK_WORD}")
         self._lexicon = {w for w in self._ids if w != UNK_WORD}
-        self._prefixes = {w[:k] for w in self._lexicon for k in range(1, len(w) + 1)}
+        self._prefixes = _prefixes(self._lexicon)
+        # hotwords (with_words) beside the LM's own lexicon: kept apart so adding them copies nothing big
+        self._extra_lexicon: frozenset[str] = frozenset()
+        self._extra_prefixes: frozenset[str] = frozenset()
         # piece -> (starts a word, its letters)
         self._pieces = [(p.startswith(WORD_MARKER), p[len(WORD_MARKER):] if p.startswith(WORD_MARKER) else p)
                         for p in pieces]
+        self._with_words: dict[frozenset[str], WordFusion] = {}  # the last few hotword lexicons
+
+    def with_words(self, words: Iterable[str]) -> WordFusion:
+        """This model with ``words`` in its lexicon too (hotwords pay no OOV penalty; the LM itself scores a
+        word it never saw as ``<unk>``). Shares the LM; the last few word sets are kept."""
+        words = frozenset(words) - self._lexicon - self._extra_lexicon
+        if not words:
+            return self
+        hit = self._with_words.get(words)
+        if hit is None:
+            hit = copy.copy(self)
+            hit._extra_lexicon = self._extra_lexicon | words
+            hit._extra_prefixes = self._extra_prefixes | _prefixes(words)
+            hit._with_words = {}
+            if len(self._with_words) >= 16:
+                self._with_words.clear()
+            self._with_words[words] = hit
+        return hit
 
     def settings(self) -> dict:
         return {"word_lm": {"order": self.lm.order, "words": len(self._ids), "weight": self.weight,
@@ -176,13 +207,20 @@ class WordFusion:
             return 0.0
         word_id = self._ids.get(partial, self._unk_id)
         score = self.weight * self.lm.logprob(words, word_id) + self.word_bonus
-        if partial not in self._lexicon and partial in self._prefixes:
+        if not self._in_lexicon(partial) and self._is_prefix(partial):
             score -= self.oov_penalty
         return score
 
     def _leaves_lexicon(self, before: str, after: str) -> bool:
         """Whether the partial word ``after`` is the first that no lexicon word begins with."""
-        return bool(after) and after not in self._prefixes and (not before or before in self._prefixes)
+        return bool(after) and not self._is_prefix(after) and (not before or self._is_prefix(before))
+
+    def _in_lexicon(self, word: str) -> bool:
+        return word in self._lexicon or word in self._extra_lexicon
+
+    def _is_prefix(self, letters: str) -> bool:
+        """Whether some lexicon word (hotwords included) begins with ``letters``."""
+        return letters in self._prefixes or letters in self._extra_prefixes
 
     def token_score(self, history: Sequence[int], token: int) -> float:
         """What appending ``token`` after ``history`` adds: the word it ends, if any, and the OOV penalty."""

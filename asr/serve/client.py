@@ -62,12 +62,14 @@ async def stream_audio(
     continuous_decoding: bool = False,
     on_reply=None,
     speed: float = 1.0,
+    hotwords: list | None = None,
 ) -> Session:
     """Send start, the samples (float (n,) in [-1, 1]) in ``piece_s`` pieces, end; read until the server closes.
 
     ``realtime`` paces the pieces at ``speed`` times the audio's own speed (1: as a microphone
     would; below 1: a client slower than real time).
-    ``on_reply(reply)`` is called for every reply as it arrives.
+    ``on_reply(reply)`` is called for every reply as it arrives. ``hotwords``: this connection's list
+    (strings, ``"phrase:score"`` or {"phrase", "score"} objects) in the start message.
     """
     if speed <= 0:
         raise ValueError(f"speed ({speed}) must be > 0.")
@@ -87,7 +89,10 @@ async def stream_audio(
 
         reader = asyncio.create_task(receive())
         try:
-            await ws.send(json.dumps({"signal": "start", "nbest": nbest, "continuous_decoding": continuous_decoding}))
+            start_signal = {"signal": "start", "nbest": nbest, "continuous_decoding": continuous_decoding}
+            if hotwords:
+                start_signal["hotwords"] = hotwords
+            await ws.send(json.dumps(start_signal))
             start = time.perf_counter()
             for offset in range(0, len(samples), piece):
                 chunk = samples[offset : offset + piece]

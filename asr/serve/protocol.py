@@ -1,7 +1,9 @@
 """Wenet runtime WebSocket protocol: client messages in, JSON replies out.
 
 Client -> server:
-    text   {"signal": "start", "nbest": N, "continuous_decoding": bool}  (both options optional)
+    text   {"signal": "start", "nbest": N, "continuous_decoding": bool,
+            "hotwords": ["phrase", "phrase:score", {"phrase": "...", "score": S}, ...]}  (all optional;
+            hotwords bias this connection only, merged with the server's own list)
     binary 16-bit little-endian mono PCM at the model's sample rate, any number of frames
     text   {"signal": "end"}
 Server -> client (text):
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asr.decode.hotwords import parse_entry
 from asr.serve.recognizer import Result
 
 
@@ -34,6 +37,7 @@ class ProtocolError(ValueError):
 class Start:
     nbest: int = 1
     continuous_decoding: bool = False
+    hotwords: tuple[tuple[str, float | None], ...] = ()  # (phrase, score per token or None)
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,26 @@ def parse_text(message: str, max_nbest: int) -> Start | End:
     continuous = obj.get("continuous_decoding", False)
     if not isinstance(continuous, bool):
         raise ProtocolError(f"continuous_decoding must be true or false, got {reprlib.repr(continuous)}")
-    return Start(nbest=nbest, continuous_decoding=continuous)
+    return Start(nbest=nbest, continuous_decoding=continuous, hotwords=_hotwords(obj.get("hotwords", [])))
+
+
+def _hotwords(value) -> tuple[tuple[str, float | None], ...]:
+    """The start signal's hotword list: strings ("phrase" or "phrase:score") or {"phrase", "score"} objects."""
+    if not isinstance(value, list):
+        raise ProtocolError(f"hotwords must be a list of phrases, got {type(value).__name__}")
+    entries = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            entries.append(parse_entry(item))
+        elif isinstance(item, dict) and isinstance(item.get("phrase"), str) and set(item) <= {"phrase", "score"}:
+            score = item.get("score")
+            if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+                raise ProtocolError(f"hotwords[{i}]: score must be a number, got {reprlib.repr(score)}")
+            entries.append((item["phrase"], None if score is None else float(score)))
+        else:
+            raise ProtocolError(f'hotwords[{i}] must be a string or {{"phrase": str, "score": number}}, '
+                                f"got {reprlib.repr(item)}")
+    return tuple(entries)
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
+from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, Biasing, HotwordCompiler, as_entries
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
@@ -93,8 +94,11 @@ class _Utterance:
 class Stream:
     """One audio stream of a :class:`Recognizer` (create it with ``Recognizer.create_stream``)."""
 
-    def __init__(self, recognizer: Recognizer) -> None:
+    def __init__(self, recognizer: Recognizer, biasing: Biasing | None = None) -> None:
         self._rec = recognizer
+        self.biasing = biasing  # this stream's hotwords (the recognizer's list merged with its own), or None
+        fusion = recognizer.fusion
+        self._fusion = fusion.with_words(biasing.words) if fusion is not None and biasing is not None else fusion
         self._lock = threading.Lock()
         self._inbox: list[torch.Tensor] = []
         self._inbox_samples = 0
@@ -104,7 +108,8 @@ class Stream:
         # (T, F) fbank frames from the next chunk's start (running-mean normalized when the model asks)
         self._feats: torch.Tensor | None = None
         self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
-        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, recognizer.fusion)
+        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, self._fusion,
+                                           biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._utt = _Utterance(start_frame=0)
         self._segment = 0
@@ -261,6 +266,10 @@ class Recognizer:
         max_batch: most streams in one batched step.
         chunk_encoder: runs whole chunks and the last partial one (``asr.serve.encoders``); default
             the model's eager ``stream_step``, batched. An ``OnnxChunkEncoder`` runs an exported step.
+        hotwords: phrases every stream is biased towards (strings, ``"phrase:score"``, (phrase, score) pairs);
+            a stream's own list (``create_stream(hotwords=...)``) is merged with it.
+        hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score, and the
+            share of it rescoring keeps (``asr.decode.hotwords``); compiled lists are cached by content.
     """
 
     def __init__(
@@ -277,6 +286,9 @@ class Recognizer:
         max_batch: int = 64,
         chunk_encoder=None,
         fusion: Fusion | None = None,
+        hotwords=(),
+        hotword_score: float = DEFAULT_HOTWORD_SCORE,
+        hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -308,13 +320,35 @@ class Recognizer:
         self.streams: list[Stream] = []
         self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
         self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
+        self.hotword_rescore_weight = hotword_rescore_weight
+        self.hotwords = as_entries(hotwords)
+        self._hotword_score = hotword_score
+        self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
+        if self.hotwords:
+            self.compile_hotwords([])  # a bad server-wide list fails now, not at the first connection
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def create_stream(self) -> Stream:
-        stream = Stream(self)
+    def compile_hotwords(self, hotwords) -> Biasing | None:
+        """The recognizer's list merged with ``hotwords``, compiled (cached by content); None when both are empty.
+
+        Raises ``asr.decode.hotwords.HotwordError`` for an entry that cannot be used.
+        """
+        entries = self.hotwords + as_entries(hotwords or ())
+        if not entries:
+            return None
+        if self._compiler is None:
+            self._compiler = HotwordCompiler(self.tokenizer, self._hotword_score)
+        return self._compiler.compile(entries)
+
+    def create_stream(self, hotwords=None) -> Stream:
+        """A new stream, biased towards the recognizer's hotwords and its own ``hotwords`` (any thread).
+
+        Raises ``asr.decode.hotwords.HotwordError`` (and creates nothing) for a bad entry.
+        """
+        stream = Stream(self, self.compile_hotwords(hotwords))
         with self._streams_lock:
             self.streams.append(stream)
         return stream
@@ -405,8 +439,10 @@ class Recognizer:
             return Result([Hypothesis("", ())], True, stream._segment)
         if self.model.decoder is not None:
             enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
+            biasing = stream.biasing
             scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight,
-                                      self.reverse_weight, self.fusion)
+                                      self.reverse_weight, stream._fusion, biasing.graph if biasing else None,
+                                      self.hotword_rescore_weight)
             order = scores.argsort(descending=True).tolist()
             nbest = [nbest[i] for i in order]
         log_probs = torch.cat(utt.log_probs)  # (T', V)

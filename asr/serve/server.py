@@ -10,9 +10,15 @@ Bad clients get a ``{"status": "failed", "message": ...}`` reply and a close
 (code 1008), or a clean close: malformed JSON, unknown signals, audio before
 start, odd byte counts, audio arriving faster than it is decoded (backlog over
 ``max_backlog_s``: the per-connection memory bound), a reply queue that is not
-read, frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
+read, hotword lists over ``max_hotwords`` phrases or with a phrase over ``max_hotword_chars`` characters
+(or one the model cannot spell), frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
 connections over ``max_connections`` (code 1013). A client that disconnects
 mid-utterance just has its stream removed.
+
+A client may declare the rate of its PCM in the URL (``ws://host:port/?sample_rate=16000``, as
+the page does); a rate other than the model's gets a ``failed`` reply and a close (1008)
+instead of being decoded as if it were the model's. With ``ServerConfig.web`` the same
+port also answers plain HTTP GETs with the microphone page (:mod:`asr.serve.pages`).
 
 A stream whose decoding fails (e.g. an ``abs_learned`` model past its position
 table under continuous decoding) gets ``{"status": "failed", "message": ...}``
@@ -29,6 +35,10 @@ from dataclasses import dataclass
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from asr.decode.hotwords import DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, HotwordError, HotwordLimits
+from urllib.parse import parse_qs, urlsplit
+
+from asr.serve.pages import StaticPages
 from asr.serve.protocol import (
     End,
     ProtocolError,
@@ -59,6 +69,9 @@ class ServerConfig:
     max_nbest: int = 10
     max_queued_replies: int = 256
     close_timeout_s: float = 10.0  # wait for the client's close frame, then drop the TCP connection
+    max_hotwords: int = DEFAULT_MAX_PHRASES  # phrases in one start message's hotword list
+    max_hotword_chars: int = DEFAULT_MAX_PHRASE_CHARS  # characters in one of them
+    web: bool = False  # also serve the microphone page (asr/serve/web) over HTTP on the same port
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
@@ -67,6 +80,16 @@ class ServerConfig:
             raise ValueError(f"close_timeout_s ({self.close_timeout_s}) must be > 0.")
         if self.max_backlog_s <= 0:
             raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
+        HotwordLimits(self.max_hotwords, self.max_hotword_chars)  # validates them
+
+
+def _declared_rate_error(path: str, expected: int) -> str | None:
+    """The refusal for a URL's ``sample_rate`` other than ``expected`` (None: none declared, or the same)."""
+    declared = parse_qs(urlsplit(path).query).get("sample_rate")
+    if declared is None or declared == [str(expected)]:
+        return None
+    return (f"sample_rate {', '.join(declared)} declared in the URL; this server decodes 16-bit PCM at "
+            f"{expected} Hz: resample to {expected} Hz and connect with ?sample_rate={expected}")
 
 
 class _Close:
@@ -111,9 +134,10 @@ class AsrServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> AsrServer:
+        pages = StaticPages(self.recognizer.sample_rate) if self.config.web else None
         self._server = await serve(
             self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes,
-            close_timeout=self.config.close_timeout_s,
+            close_timeout=self.config.close_timeout_s, process_request=pages and pages.process_request,
         )
         self._decoder = asyncio.create_task(self._decode_loop())
         return self
@@ -140,6 +164,11 @@ class AsrServer:
             self.rejected_connections += 1
             await ws.send(failed(f"server busy: {self.config.max_connections} connections already open"))
             await ws.close(CLOSE_BUSY, "too many connections")
+            return
+        wrong_rate = _declared_rate_error(ws.request.path, self.recognizer.sample_rate)
+        if wrong_rate:
+            await ws.send(failed(wrong_rate))
+            await ws.close(CLOSE_POLICY, "unexpected sample rate")
             return
         self._connections += 1
         session = _Session(ws, self.config.max_queued_replies)
@@ -169,7 +198,11 @@ class AsrServer:
             if session.stream is not None:
                 raise ProtocolError("start signal received twice on one connection")
             session.nbest, session.continuous = signal.nbest, signal.continuous_decoding
-            session.stream = self.recognizer.create_stream()
+            try:
+                HotwordLimits(self.config.max_hotwords, self.config.max_hotword_chars).check(signal.hotwords)
+                session.stream = self.recognizer.create_stream(hotwords=signal.hotwords)
+            except HotwordError as err:
+                raise ProtocolError(str(err)) from None
             self._sessions[session.stream] = session
             self._deliver(session, [server_ready()])
         elif isinstance(signal, End):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
+from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, Biasing, HotwordCompiler, resolve
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
 from asr.streaming.frontend import StreamingFrontend
@@ -52,6 +53,10 @@ class StreamingRecognizer:
             and the rescoring (None: none).
         features: the model's fbank options (``asr.data.features.FeatureConfig``, from its
             checkpoint); None: ``asr.data.features.LEGACY``. Audio must be at ``SAMPLE_RATE``.
+        hotwords: phrases to bias towards (strings, ``"phrase:score"`` or (phrase, score) pairs, or a compiled
+            ``Biasing``); they bias partials and the final result, and join the word LM's lexicon.
+        hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score; share of the
+            bonus the rescoring keeps (``asr.decode.hotwords``).
     """
 
     def __init__(
@@ -65,6 +70,9 @@ class StreamingRecognizer:
         reverse_weight: float = 0.0,
         features=None,
         fusion: Fusion | None = None,
+        hotwords=None,
+        hotword_score: float = DEFAULT_HOTWORD_SCORE,
+        hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -77,9 +85,26 @@ class StreamingRecognizer:
         self.left_chunks = left_chunks
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
-        self.fusion = fusion
         self.frontend = StreamingFrontend(features, model.encoder.online_cmn())
-        self.search = CtcPrefixBeamSearch(beam, model.blank_id, fusion)
+        self.beam = beam
+        self.hotword_rescore_weight = hotword_rescore_weight
+        self.hotword_score = hotword_score
+        self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
+        self._base_fusion = fusion
+        self.set_hotwords(hotwords)
+
+    def set_hotwords(self, hotwords) -> None:
+        """Bias towards these phrases from now on (None or [] for none); starts a new utterance.
+
+        Raises ``asr.decode.hotwords.HotwordError`` for an entry that cannot be used.
+        """
+        if hotwords is not None and not isinstance(hotwords, Biasing) and self._compiler is None:
+            self._compiler = HotwordCompiler(self.tokenizer, self.hotword_score, cache_size=4)
+        self.biasing: Biasing | None = resolve(self._compiler, hotwords)
+        base = self._base_fusion
+        self.fusion = base.with_words(self.biasing.words) if base is not None and self.biasing is not None else base
+        context = self.biasing.graph if self.biasing is not None else None
+        self.search = CtcPrefixBeamSearch(self.beam, self.model.blank_id, self.fusion, context)
         self.reset()
 
     def reset(self) -> None:
@@ -149,7 +174,8 @@ class StreamingRecognizer:
                 self.final_tokens = nbest[0][0] if nbest else []
             else:
                 self.final_tokens = attention_rescoring(
-                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight, self.fusion
+                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight, self.fusion,
+                    self.search.context, self.hotword_rescore_weight,
                 )
             self.timings.append(ChunkTiming(0, 0, enc_frames, time.perf_counter() - start))
         return self.tokenizer.decode(self.final_tokens)

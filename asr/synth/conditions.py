@@ -182,15 +182,40 @@ def _fft_convolve(signal: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return np.fft.irfft(np.fft.rfft(signal, nfft) * np.fft.rfft(kernel, nfft), nfft)[: signal.size]
 
 
-def _telephone(wav: torch.Tensor) -> torch.Tensor:
-    """(n,) -> (n,): through an 8 kHz, 300-3400 Hz, 8-bit mu-law channel and back to SAMPLE_RATE."""
+COMPANDING_LAWS = ("mu", "a")  # G.711's two 8-bit laws: mu-law (America, Japan), A-law (elsewhere)
+A_LAW = 87.6
+
+
+def _a_law_8bit(x: torch.Tensor) -> torch.Tensor:
+    """(n,) in [-1, 1] -> (n,): G.711 A-law compressed, quantized to 256 levels, expanded back."""
+    mag = x.abs()
+    log_a = 1.0 + float(np.log(A_LAW))
+    compressed = torch.where(mag < 1.0 / A_LAW, A_LAW * mag / log_a,
+                             (1.0 + torch.log((A_LAW * mag).clamp_min(1.0))) / log_a)
+    quantized = torch.round(compressed * 127.5 - 0.5).clamp(0, 127) / 127.5 + 0.5 / 127.5  # 128 levels a sign
+    expanded = torch.where(quantized < 1.0 / log_a, quantized * log_a / A_LAW,
+                           torch.exp(quantized * log_a - 1.0) / A_LAW)
+    return torch.sign(x) * expanded
+
+
+def telephone_channel(wav: torch.Tensor, band_hz: tuple[float, float] = TELEPHONE_BAND_HZ, law: str = "mu",
+                      rate: int = TELEPHONE_RATE) -> torch.Tensor:
+    """(n,) -> (n,): through a ``rate`` Hz channel passing ``band_hz``, 8-bit ``law`` companding, and back.
+
+    The input's peak must stay far below 1 (torchaudio's biquads clamp their output to [-1, 1]).
+    """
+    if law not in COMPANDING_LAWS:
+        raise ValueError(f"unknown companding law {law!r}; valid: {COMPANDING_LAWS}")
+    if not 0.0 < band_hz[0] < band_hz[1] < rate / 2:
+        raise ValueError(f"telephone band {band_hz} must lie inside (0, {rate / 2}) Hz, low edge first")
     n = wav.shape[0]
-    narrow = cached_resampler(SAMPLE_RATE, TELEPHONE_RATE)(wav)
-    narrow = AF.highpass_biquad(narrow, TELEPHONE_RATE, TELEPHONE_BAND_HZ[0])
-    narrow = AF.lowpass_biquad(narrow, TELEPHONE_RATE, TELEPHONE_BAND_HZ[1])
+    narrow = cached_resampler(SAMPLE_RATE, rate)(wav)
+    narrow = AF.highpass_biquad(narrow, rate, band_hz[0])
+    narrow = AF.lowpass_biquad(narrow, rate, band_hz[1])
     peak = narrow.abs().max().clamp_min(1e-6)
-    coded = AF.mu_law_decoding(AF.mu_law_encoding((narrow / peak).clamp(-1.0, 1.0), 256), 256) * peak
-    wide = cached_resampler(TELEPHONE_RATE, SAMPLE_RATE)(coded)
+    unit = (narrow / peak).clamp(-1.0, 1.0)
+    coded = (AF.mu_law_decoding(AF.mu_law_encoding(unit, 256), 256) if law == "mu" else _a_law_8bit(unit)) * peak
+    wide = cached_resampler(rate, SAMPLE_RATE)(coded)
     return torch.nn.functional.pad(wide, (0, max(0, n - wide.shape[0])))[:n]
 
 
@@ -223,7 +248,7 @@ def apply_conditions(audio: np.ndarray, cond: Conditions, babble: list[np.ndarra
     peak = float(np.max(np.abs(out)))
     wav = torch.from_numpy((out * (0.01 / peak if peak > 0.0 else 1.0)).astype(np.float32))
     if cond.telephone:
-        wav = _telephone(wav)
+        wav = telephone_channel(wav)
     if cond.highpass_hz is not None:
         wav = AF.highpass_biquad(wav, SAMPLE_RATE, cond.highpass_hz)
     if cond.lowpass_hz is not None:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from asr.data.audio import float_to_int16, resample_int16
 from asr.synth.formants import draw_scale_rate, scale_frequencies
+from asr.synth.capture import TRAIN_RANGES, CaptureRanges, apply_capture, draw_capture
 from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.synth.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
@@ -77,6 +78,13 @@ class SynthProfile:
     # This share of the train utterances are passages: 2-5 sentences by one voice with pauses
     # (asr.synth.passages); the rest stay single sentences.
     passages: PassageRanges | None = None
+    # This share of the utterances goes through one capture path drawn from ``capture``
+    # (asr.synth.capture: resampling with and without anti-aliasing, gain control, noise
+    # suppression, telephone, codecs, clipping), after the acoustic conditions: what a browser,
+    # a phone or a codec does to speech. TRAIN_RANGES draws other parameters than the capture
+    # evaluation split.
+    capture: CaptureRanges | None = None
+    capture_share: float = 0.0
 
     def __post_init__(self):
         # One uniform picks the engine ([0, pico) Pico, [pico, pico + neural) neural, else eSpeak):
@@ -92,13 +100,16 @@ class SynthProfile:
             if not 0.0 < low <= high:
                 raise ValueError(f"espeak_formant_scale must be (low, high) with 0 < low <= high, "
                                  f"got {self.espeak_formant_scale}")
+        if not 0.0 <= self.capture_share <= 1.0 or (self.capture_share > 0.0) != (self.capture is not None):
+            raise ValueError(f"capture_share ({self.capture_share}) must lie in [0, 1], and be > 0 exactly when "
+                             f"capture ranges are given ({self.capture is not None})")
 
     @property
     def is_clean(self) -> bool:
         """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
         return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
                 and self.pico_share == 0.0 and self.neural_share == 0.0 and self.espeak_formant_scale is None
-                and self.passages is None)
+                and self.capture is None and self.passages is None)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -136,6 +147,10 @@ PROFILES = {
     # against neural's 81.1 for test 21.5 against 18.0, and 8.3 min of synthesis against 13.8
     "neural_hibari": dataclasses.replace(NEURAL_PROFILE, neural_hibari_weight=0.8),
 }
+# neural_hibari with a share of train through the capture paths (asr.synth.capture.TRAIN_RANGES)
+for _share in (0.3, 0.6):
+    PROFILES[f"neural_hibari_capture{round(100 * _share)}"] = dataclasses.replace(
+        PROFILES["neural_hibari"], capture=TRAIN_RANGES, capture_share=_share)
 # neural_hibari with PASSAGE_SHARE of the train utterances read as passages (asr.synth.passages)
 PROFILES["neural_hibari_passages"] = dataclasses.replace(PROFILES["neural_hibari"],
                                                          passages=PassageRanges(share=PASSAGE_SHARE))
@@ -229,6 +244,15 @@ def _with_conditions(audio: np.ndarray, rng, split: str, ranges: ConditionRanges
     return float_to_int16(out), cond.describe()
 
 
+def _with_capture(audio: np.ndarray, rng, profile: SynthProfile) -> tuple[np.ndarray, str | None]:
+    """(n,) int16 -> (n,) int16 through a capture path for ``profile.capture_share`` of the utterances,
+    and the path described (None: untouched)."""
+    if rng.random() >= profile.capture_share:
+        return audio, None
+    capture = draw_capture(np.random.default_rng(rng.getrandbits(63)), profile.capture)
+    return float_to_int16(apply_capture(audio.astype(np.float32) / 32768.0, capture)), capture.describe()
+
+
 def _pad_with_floor(audio: np.ndarray, rng, profile: SynthProfile, longest_s: float) -> np.ndarray:
     """(n,) int16 -> (lead + n + trail,) int16: silence at both ends, a noise floor under it all.
 
@@ -307,13 +331,16 @@ def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
 
 def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, text: str, longest_s: float
             ) -> tuple[str, object, np.ndarray, str | None]:
-    """The profile's edge silence and acoustic conditions on a made utterance."""
+    """The profile's edge silence, acoustic conditions and capture path on a made utterance."""
     if profile.edge_silence_s is not None:
         audio = _pad_with_floor(audio, rng, profile, longest_s)
+    described = None
     if profile.conditions is not None:
         audio, described = _with_conditions(audio, rng, split, profile.conditions)
-        return text, voice, audio, described
-    return text, voice, audio, None
+    if profile.capture is not None:  # drawn last: every other profile's draws stay as they were
+        audio, captured = _with_capture(audio, rng, profile)
+        described = ",".join(d for d in (described, captured) if d) or None
+    return text, voice, audio, described
 
 
 def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[str, np.ndarray] | None:

@@ -2,7 +2,7 @@ import torch
 
 from asr.data.audio import cut_waveform
 from asr.data.cmvn import cmvn_features, compute_cmvn, evenly_spread, load_cmvn, save_cmvn
-from asr.data.features import LEGACY, SHERPA, TRAINING_BACKEND, FbankExtractor
+from asr.data.features import LEGACY, SHERPA, TRAINING_BACKEND, FbankExtractor, training_backend
 from asr.data.manifest import read_cuts
 
 
@@ -21,7 +21,7 @@ def test_cmvn_matches_direct_statistics(tiny_corpus, tmp_path):
 
 def test_cmvn_records_the_fbank_options_it_used(tiny_corpus, tmp_path):
     cuts = read_cuts(tiny_corpus / "cuts_dev.jsonl.gz")
-    stats = compute_cmvn(cuts, FbankExtractor(SHERPA, TRAINING_BACKEND), num_workers=0)
+    stats = compute_cmvn(cuts, FbankExtractor(SHERPA, training_backend(SHERPA)), num_workers=0)
     assert cmvn_features(save_cmvn(stats, tmp_path / "cmvn.json")) == SHERPA
     # files written before the record hold legacy stats
     old = {k: v for k, v in stats.items() if k != "features"}

@@ -65,3 +65,15 @@ def test_xengine_without_flite_says_how_to_install_it(tmp_path, capsys, monkeypa
     assert "xengine: skipped, flite is not installed: install flite with `apt-get install -y flite`" in \
         capsys.readouterr().out
     assert not (tmp_path / "cuts_xengine.jsonl.gz").exists()
+
+
+def test_biasing_flags(tmp_path, capsys):
+    import pytest
+
+    prepare = _load_script()
+    with pytest.raises(SystemExit):
+        prepare.parse_args(["--corpus", "wenet", "--biasing", "--src", "x"])
+    assert "--biasing builds sentences of the synth corpus" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="needs the train transcripts"):
+        prepare.main(["--biasing-only", "--data-dir", str(tmp_path / "empty"), "--biasing-dir", str(tmp_path / "b")])
+    assert not (tmp_path / "b").exists()

@@ -125,6 +125,21 @@ def test_oov_penalty_is_paid_once_when_the_word_leaves_the_lexicon(word_lm):
     assert fusion.token_score([ID["\u2581ca"]], ID["o"]) == -7.0  # "cao"
 
 
+def test_hotword_words_join_the_lexicon_and_pay_no_oov_penalty(word_lm):
+    lm, names = word_lm
+    fusion = WordFusion(lm, names, PIECES, weight=1.0, word_bonus=0.0, oov_penalty=7.0)
+    dogs = [ID["\u2581d"], ID["o"], ID["g"], ID["s"]]
+    with_dogs = fusion.with_words(["dogs", "cat"])
+    assert fusion.token_score(dogs[:3], ID["s"]) == -7.0
+    assert with_dogs.token_score(dogs[:3], ID["s"]) == 0.0
+    # the LM itself still scores the new word as <unk>: only the penalty goes
+    assert with_dogs.sentence_score(dogs) == pytest.approx(fusion.sentence_score(dogs) + 7.0)
+    assert fusion.with_words(["cat"]) is fusion and fusion.with_words(["cat", "dogs"]) is with_dogs
+    token_lm = ShallowFusion(train_kneser_ney([[3, 4]], 2, range(len(PIECES) - 1), len(PIECES) - 1), 0.5)
+    both = FusionSum((token_lm, fusion)).with_words(["dogs"])
+    assert both.parts[0] is token_lm and both.parts[1].token_score(dogs[:3], ID["s"]) == 0.0
+
+
 def test_the_lexicon_turns_a_close_acoustic_call_into_a_word(word_lm):
     """CTC slightly prefers "dot" (not a word); the lexicon makes it "dog"; without fusion "dot" stays."""
     lm, names = word_lm

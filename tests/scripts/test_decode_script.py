@@ -223,3 +223,19 @@ def test_bad_lm_is_a_clear_error(trained, tmp_path, capsys, problem):
         decode_script.main(args)
     assert expected in str(exc.value.code)
     assert not (tmp_path / "o").exists()  # refused before decoding anything
+
+
+def test_hotwords_option_biases_the_beam_modes_and_is_recorded(trained, tmp_path, capsys):
+    corpus, ckpt = trained
+    hot = tmp_path / "hot.txt"
+    hot.write_text("charlie delta:3\nbravo\n", encoding="utf-8")
+    stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy,attention_rescoring", "--beam", "3",
+                    "--hotwords", str(hot), "--hotword-score", "1.5", "--hotword-rescore-weight", "0.5")
+    out = ckpt.parent.parent / "decode" / "test_full_hotwords"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hotwords"]["path"] == str(hot) and summary["hotwords"]["phrases"] == 2
+    assert summary["hotwords"]["score"] == 1.5 and summary["hotwords"]["rescore_weight"] == 0.5
+    assert "2 hotwords, score 1.5, rescoring keeps 0.5" in stdout
+    hot.write_text("charlie\n\u65e5\u672c\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="decode: hotword .* cannot spell"):
+        decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_prefix_beam", "--hotwords", str(hot))

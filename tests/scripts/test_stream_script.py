@@ -103,3 +103,29 @@ def test_percentile_is_nearest_rank():
     assert stream.percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert stream.percentile(list(map(float, range(1, 101))), 95) == 95.0
     assert stream.percentile([7.0], 95) == 7.0
+
+
+def test_hotwords_bias_the_stream_as_they_bias_offline_decoding(checkpoint, audio_files, tmp_path, capsys):
+    from asr.decode.hotwords import HotwordCompiler, read_hotwords
+
+    hot = tmp_path / "hot.txt"
+    # beam 9: every token of the tiny vocabulary is tried each frame, so the list surely changes the result
+    hot.write_text("# phrases\nabc:30\nde\n", encoding="utf-8")
+    argv = ["--checkpoint", str(checkpoint), "--chunk-ms", "320", "--chunk-size", "4", "--left-chunks", "2",
+            "--beam", "9", "--reverse-weight", "0.3", "--hotwords", str(hot), "--hotword-score", "3",
+            str(audio_files["mono"])]
+    assert stream.main(argv) == 0
+    final = [line.split("final:", 1)[1].strip() for line in capsys.readouterr().out.splitlines()
+             if line.strip().startswith("final:")][0]
+    model, tok, _ = load_model(checkpoint)
+    biasing = HotwordCompiler(tok, 3.0).compile(read_hotwords(hot))
+    feats = FbankExtractor()(load_audio(audio_files["mono"]))[None]
+    lens = torch.tensor([feats.size(1)])
+    hyp = decode_batch(model, feats, lens, "attention_rescoring", beam=9, chunk_size=4, left_chunks=2,
+                       ctc_weight=0.5, reverse_weight=0.3, biasing=biasing)[0]
+    plain = decode_batch(model, feats, lens, "attention_rescoring", beam=9, chunk_size=4, left_chunks=2,
+                         ctc_weight=0.5, reverse_weight=0.3)[0]
+    assert final == tok.decode(hyp) and hyp != plain
+    hot.write_text("xyz\n", encoding="utf-8")
+    assert stream.main(argv) == 2
+    assert "cannot spell" in capsys.readouterr().err

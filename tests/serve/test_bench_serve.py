@@ -66,3 +66,22 @@ def test_bench_serve_passes_the_lm_to_the_server(tmp_path, capsys):
     assert rc == 0, out
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [r.split("|")[5].strip() for r in rows] == ["1/1"]
+
+
+def test_bench_serve_runs_each_client_count_without_and_with_per_client_lists(tmp_path, capsys):
+    ckpt = save_checkpoint(tmp_path)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, (noise(1.2, 5, SAMPLE_RATE).numpy() * 32767).astype(np.int16), SAMPLE_RATE)
+    pool = tmp_path / "pool.txt"
+    pool.write_text("abc\nde\nfgh\nba\ncab\n", encoding="utf-8")
+    bench = load_bench()
+    assert bench.client_lists(["a", "b", "c"], 2, 2) == bench.client_lists(["a", "b", "c"], 2, 2)
+    rc = bench.main(["--checkpoint", str(ckpt), "--clients", "2", "--chunk-size", "4", "--left-chunks", "2",
+                     "--beam", "2", "--max-seconds", "60", "--hotwords-per-client", "3", "--hotword-pool", str(pool),
+                     str(wav)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [(r[1].strip(), r[5].strip(), r[7].strip()) for r in rows] == [("2", "2/2", "0"), ("2", "2/2", "3")]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--checkpoint", "x.ckpt", "--hotwords-per-client", "3", "a.wav"])

@@ -166,10 +166,10 @@ def test_a_run_with_sherpa_features_records_them(corpus, tmp_path):
     import json
 
     from asr.data.cmvn import compute_cmvn, save_cmvn
-    from asr.data.features import TRAINING_BACKEND, FbankExtractor
+    from asr.data.features import FbankExtractor, training_backend
     from asr.data.manifest import read_cuts
 
-    stats = compute_cmvn(read_cuts(corpus / "cuts_train.jsonl.gz"), FbankExtractor(SHERPA, TRAINING_BACKEND),
+    stats = compute_cmvn(read_cuts(corpus / "cuts_train.jsonl.gz"), FbankExtractor(SHERPA, training_backend(SHERPA)),
                          num_workers=0)
     save_cmvn(stats, tmp_path / "cmvn_sherpa.json")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

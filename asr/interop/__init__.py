@@ -1,0 +1,1 @@
+"""Other toolkits' formats and runtimes: exports that other runtimes run (sherpa-onnx)."""

@@ -1,0 +1,347 @@
+"""Export a streaming model for sherpa-onnx: its online NeMo CTC format (model.onnx + tokens.txt).
+
+Axis legend: B streams, F feature bins, W feature frames of one chunk (window), S feature
+frames between chunk starts (shift), C chunk (encoder frames), M = left_chunks * C cached
+frames, L Conformer blocks, H heads, Dh head dim, D model dim, K = kernel - 1, V vocab.
+
+Why NeMo CTC and not Wenet CTC. sherpa-onnx runs two online CTC formats. In Wenet's the
+runtime owns the state: it feeds back an attention cache (L, H, M, 2 Dh), a conv cache
+(L, 1, D, K) and an ``offset`` it counts itself, batch 1 only. Our models with online CMN
+(the quickstart's) also carry the running sums of every feature frame so far; Wenet's
+tensors have no room for them, so such a model could only be exported approximately. In
+NeMo's format the model owns its state: three tensors whose sizes the model declares in its
+metadata, fed back as they come out, stacked on a batch axis, so sherpa-onnx steps many
+streams at once. They carry everything :class:`~asr.streaming.state.StreamState` and the
+frontend hold, exactly:
+
+    audio_signal            (B, F, W)  float  raw fbank of one chunk (sherpa transposes (B, W, F))
+    length                  (B,)       int64  W (unused: every chunk is whole)
+    cache_last_channel      (B, L, M, 2D)     per block, the keys | values of the last M frames,
+                                              left-padded: the last min(time, M) rows are real
+    cache_last_time         (B, 1, 1, L*D*K [+ F])  the conv caches, flattened, then (with
+                                              online CMN) the running sum of the frames so far
+    cache_last_channel_len  (B,)       int64  the stream's time: encoder frames emitted
+
+outputs: log_probs (B, C, V), log_probs_length (B,), then the three next states. Chunk i
+is feature frames [i S, i S + W), as in ``encoder.stream_step`` and the ONNX encoder step
+(:mod:`asr.serve.export`): S = rate * C, W = window + rate * (C - 1). The frontend is
+sherpa-onnx's: kaldi-native-fbank with its default options and samples left in [-1, 1]
+(``asr.data.features.SHERPA``; only the number of bins may differ, ``--feat-dim``), so only a
+model trained with those features can be exported; global CMVN and online CMN run inside
+the graph. sherpa-onnx reads ``vocab_size`` without the blank (NeMo's convention) and finds
+the blank by name in tokens.txt (``<blk>``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from asr.data.features import SHERPA, FeatureConfig
+from asr.model.sinusoid import sinusoid_table
+
+INPUT_NAMES = ("audio_signal", "length", "cache_last_channel", "cache_last_time", "cache_last_channel_len")
+OUTPUT_NAMES = ("log_probs", "log_probs_length", "next_cache_last_channel", "next_cache_last_time",
+                "next_cache_last_channel_len")
+METADATA_KEY = "asr_sherpa_export"  # JSON of SherpaLayout (our own key; sherpa-onnx ignores it)
+BLANK_SYMBOL = "<blk>"  # the first name sherpa-onnx looks the CTC blank up by
+ONNX_OPSET = 18
+SHERPA_SUBSAMPLING = 4  # sherpa-onnx's CTC timestamps and endpoint rules assume 4x subsampling
+
+
+class SherpaExportError(ValueError):
+    """This model or these settings cannot be decoded by sherpa-onnx as our recognizer decodes them."""
+
+
+@dataclass(frozen=True)
+class SherpaLayout:
+    """Sizes of an export (its state tensors and chunking), stored in the ONNX metadata."""
+
+    chunk_size: int  # C
+    left_chunks: int
+    window: int  # W
+    shift: int  # S
+    subsampling: int  # rate
+    input_dim: int  # F
+    d_model: int  # D
+    num_layers: int  # L
+    num_heads: int  # H
+    conv_context: int  # K
+    vocab_size: int  # V, blank included
+    online_cmn_frames: float  # 0: off (no sums in the state)
+    pos_enc: str
+
+    @property
+    def cache_frames(self) -> int:
+        return self.left_chunks * self.chunk_size  # M
+
+    @property
+    def conv_size(self) -> int:
+        return self.num_layers * self.d_model * self.conv_context
+
+    @property
+    def channel_dims(self) -> tuple[int, int, int]:
+        return (self.num_layers, self.cache_frames, 2 * self.d_model)
+
+    @property
+    def time_dims(self) -> tuple[int, int, int]:
+        return (1, 1, self.conv_size + (self.input_dim if self.online_cmn_frames > 0 else 0))
+
+    def initial_state(self, batch_size: int = 1) -> list[np.ndarray]:
+        """A new stream's state: zero caches, time 0 (what sherpa-onnx makes from the metadata)."""
+        return [np.zeros((batch_size, *self.channel_dims), np.float32),
+                np.zeros((batch_size, *self.time_dims), np.float32),
+                np.zeros((batch_size,), np.int64)]
+
+    def metadata(self) -> dict[str, str]:
+        """The keys sherpa-onnx's OnlineNeMoCtcModel reads (a missing one ends its process), and ours."""
+        meta = {
+            "model_type": "nemo_ctc",
+            "window_size": self.window,
+            "chunk_shift": self.shift,
+            "subsampling_factor": self.subsampling,
+            "vocab_size": self.vocab_size - 1,  # NeMo counts the blank apart; sherpa-onnx adds it back
+        }
+        for i, dim in enumerate(self.channel_dims, 1):
+            meta[f"cache_last_channel_dim{i}"] = dim
+        for i, dim in enumerate(self.time_dims, 1):
+            meta[f"cache_last_time_dim{i}"] = dim
+        meta = {k: str(v) for k, v in meta.items()}
+        meta[METADATA_KEY] = json.dumps(asdict(self))
+        return meta
+
+
+def sherpa_feature_problems(features: FeatureConfig) -> dict[str, tuple]:
+    """``{option: (the model's value, sherpa-onnx's)}`` for every fbank option sherpa-onnx computes
+    otherwise (the number of bins is passed to it, so it never differs)."""
+    return features.differences(replace(SHERPA, num_mel_bins=features.num_mel_bins))
+
+
+def check_exportable(model, features: FeatureConfig, chunk_size: int, left_chunks: int, tokenizer) -> None:
+    """Raise :class:`SherpaExportError` naming what sherpa-onnx cannot run as we do."""
+    encoder = model.encoder
+    if not encoder.causal:
+        raise SherpaExportError("the encoder was built with causal=False: a non-causal model cannot stream, "
+                                "and sherpa-onnx runs streaming models only; train with model.encoder.causal=true.")
+    if chunk_size < 1:
+        raise SherpaExportError(f"chunk_size ({chunk_size}) must be >= 1: sherpa-onnx steps whole chunks.")
+    if left_chunks < 1:
+        raise SherpaExportError(
+            f"left_chunks ({left_chunks}) must be >= 1: sherpa-onnx keeps a state of fixed size (-1, unbounded "
+            "memory, cannot be one; 0 leaves no attention cache).")
+    if encoder.scheme.name == "abs_learned":
+        raise SherpaExportError(
+            "abs_learned has a table of max_len positions, and a sherpa-onnx stream has no end: past the table "
+            "its runtime would abort. Export a relative scheme (rel_xl, shaw, rel_bias, rope) or abs_sin.")
+    if encoder.blocks[0].conv.kernel < 2:
+        raise SherpaExportError("conv_kernel must be >= 2 (the conv cache would be empty).")
+    check_exportable_tokenizer(tokenizer)
+    if int(tokenizer.vocab_size) != model.vocab_size:
+        raise SherpaExportError(f"the tokenizer has {tokenizer.vocab_size} ids, the model {model.vocab_size}.")
+    problems = sherpa_feature_problems(features)
+    if problems:
+        listed = ", ".join(f"{k}={ours!r} (sherpa-onnx: {theirs!r})" for k, (ours, theirs) in problems.items())
+        raise SherpaExportError(
+            f"sherpa-onnx computes other fbank frames than this model was trained on: {listed}. Train with "
+            "features=sherpa (conf/features/sherpa.yaml) to deploy with sherpa-onnx.")
+
+
+class SherpaCtcStep(nn.Module):
+    """One whole chunk of B streams in sherpa-onnx's NeMo CTC format (the module docstring).
+
+    Args:
+        model: an ``AsrModel`` with a causal encoder (eval mode is set here).
+        chunk_size: C >= 1.
+        left_chunks: chunks of attention memory, >= 1.
+    """
+
+    def __init__(self, model, chunk_size: int, left_chunks: int) -> None:
+        super().__init__()
+        encoder = model.encoder
+        encoder.init_state(1, chunk_size, left_chunks)  # chunk arguments and causality, with their messages
+        self.model = model.eval()
+        self.encoder = encoder
+        sub = encoder.subsampling
+        self.layout = SherpaLayout(
+            chunk_size=chunk_size, left_chunks=left_chunks, window=sub.window + sub.rate * (chunk_size - 1),
+            shift=sub.rate * chunk_size, subsampling=sub.rate, input_dim=encoder.input_dim, d_model=encoder.d_model,
+            num_layers=len(encoder.blocks), num_heads=encoder.scheme.num_heads,
+            conv_context=encoder.blocks[0].conv.kernel - 1, vocab_size=model.vocab_size,
+            online_cmn_frames=encoder.online_cmn_frames, pos_enc=encoder.scheme.name,
+        )
+
+    def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
+        """Zero features of a first chunk and the initial state of ``batch_size`` streams (for tracing)."""
+        lay = self.layout
+        feats = torch.zeros(batch_size, lay.input_dim, lay.window)
+        length = torch.full((batch_size,), lay.window, dtype=torch.long)
+        return (feats, length, *(torch.from_numpy(t) for t in lay.initial_state(batch_size)))
+
+    def _online_cmn(self, feats: torch.Tensor, sums: torch.Tensor, time: torch.Tensor):
+        """Running-mean normalization of feats (B, W, F) after ``time * rate`` frames summing to sums (B, F);
+        returns the frames and the sums after the chunk's first S frames (what the next chunk follows).
+        The arithmetic of ``asr.model.normalization.OnlineCmn``, batched over streams of any age."""
+        lay = self.layout
+        mean = self.encoder.cmvn_mean.double()  # (F,)
+        prior = lay.online_cmn_frames
+        x = feats.double()
+        running = x.cumsum(1) + sums.double()[:, None]  # (B, W, F)
+        seen = (time * lay.subsampling)[:, None] + torch.arange(1, lay.window + 1, device=feats.device)  # (B, W)
+        frame_mean = (prior * mean + running) / (prior + seen.double())[..., None]
+        out = (x - frame_mean + mean).to(feats.dtype)
+        return out, running[:, lay.shift - 1].to(sums.dtype)
+
+    def _embed_positions(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        """The scheme's input term at each row's absolute times ``time[b] + [0, C)``. x: (B, C, D)."""
+        if self.layout.pos_enc != "abs_sin":
+            return x  # relative schemes (and none) put their positions in the attention scores
+        positions = time[:, None] + torch.arange(x.size(1), device=x.device)  # (B, C)
+        table = sinusoid_table(positions.reshape(-1).double(), x.size(2))  # (B * C, D)
+        return x + table.reshape(x.shape).to(x.dtype)
+
+    def forward(self, audio_signal, length, cache_last_channel, cache_last_time, cache_last_channel_len):
+        """One chunk of B streams -> log_probs (B, C, V), lengths (B,) and the next state (module docstring)."""
+        lay, encoder = self.layout, self.encoder
+        B, C, M, D, H = audio_signal.size(0), lay.chunk_size, lay.cache_frames, lay.d_model, lay.num_heads
+        Dh = D // H
+        time = cache_last_channel_len  # (B,)
+        feats = audio_signal.transpose(1, 2)  # (B, W, F)
+        flat = cache_last_time[:, 0, 0]  # (B, L*D*K [+ F])
+        conv = flat[:, : lay.conv_size].reshape(B, lay.num_layers, D, lay.conv_context)
+        if lay.online_cmn_frames > 0:
+            feats, sums = self._online_cmn(feats, flat[:, lay.conv_size :], time)
+        x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (B, C, D)
+        x = self._embed_positions(x, time)
+        valid = torch.clamp(time, max=M)  # (B,) cached frames that are real
+        mask = (torch.arange(M + C, device=x.device)[None] >= (M - valid)[:, None])[:, None]  # (B, 1, M + C)
+        next_kv, next_conv = [], []
+        for i, block in enumerate(encoder.blocks):
+            cached = cache_last_channel[:, i]  # (B, M, 2D)
+            keys = cached[..., :D].reshape(B, M, H, Dh).transpose(1, 2)  # (B, H, M, Dh)
+            values = cached[..., D:].reshape(B, M, H, Dh).transpose(1, 2)
+            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i])  # k, v: (B, H, M + C, Dh)
+            k = k[:, :, C:].transpose(1, 2).reshape(B, M, D)  # the last M frames
+            v = v[:, :, C:].transpose(1, 2).reshape(B, M, D)
+            next_kv.append(torch.cat([k, v], dim=-1))  # (B, M, 2D)
+            next_conv.append(c.reshape(B, -1))  # (B, D*K)
+        log_probs = self.model.ctc_log_probs(encoder.norm(x))  # (B, C, V)
+        parts = next_conv + ([sums] if lay.online_cmn_frames > 0 else [])
+        return (
+            log_probs,
+            torch.full_like(time, C),
+            torch.stack(next_kv, dim=1),  # (B, L, M, 2D)
+            torch.cat(parts, dim=1)[:, None, None],  # (B, 1, 1, L*D*K [+ F])
+            time + C,
+        )
+
+
+@torch.no_grad()
+def export_sherpa_onnx(step: SherpaCtcStep, tokenizer, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``model.onnx`` (batch axis dynamic, the metadata sherpa-onnx reads) and ``tokens.txt``."""
+    import onnx
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_path = out_dir / "model.onnx"
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    dynamic = {name: {0: batch} for name in INPUT_NAMES}
+    torch.onnx.export(
+        step, step.example_inputs(), str(model_path), input_names=list(INPUT_NAMES),
+        output_names=list(OUTPUT_NAMES), opset_version=ONNX_OPSET, dynamo=True, external_data=False,
+        dynamic_shapes=dynamic,
+    )
+    graph = onnx.load(str(model_path))
+    for key, value in step.layout.metadata().items():
+        graph.metadata_props.add(key=key, value=value)
+    onnx.save(graph, str(model_path))
+    return model_path, write_tokens(tokenizer, out_dir / "tokens.txt")
+
+
+def write_tokens(tokenizer, path: str | Path) -> Path:
+    """``symbol id`` per line for every id; the blank is written ``<blk>`` (sherpa-onnx finds it by name)."""
+    lines = []
+    for i in range(int(tokenizer.vocab_size)):
+        symbol = BLANK_SYMBOL if i == tokenizer.blank_id else tokenizer.id_to_piece(i)
+        if not symbol or any(ch.isspace() for ch in symbol):
+            raise SherpaExportError(f"token {i} ({symbol!r}) is empty or holds whitespace: tokens.txt cannot "
+                                    "carry it.")
+        lines.append(f"{symbol} {i}\n")
+    path = Path(path)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+class SherpaRunner:
+    """Runs an export the way sherpa-onnx's online CTC recognizer does, in ONNX Runtime (for checks
+    without sherpa-onnx): whole chunks of W frames every S frames, greedy CTC across chunks."""
+
+    def __init__(self, model_path: str | Path, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if METADATA_KEY not in meta:
+            raise ValueError(f"{model_path} holds no {METADATA_KEY} metadata: not written by asr.interop.sherpa_onnx.")
+        self.layout = SherpaLayout(**json.loads(meta[METADATA_KEY]))
+
+    def log_probs(self, feats: np.ndarray) -> np.ndarray:
+        """feats (T, F) of one stream -> (chunks * C, V) log-probs of every whole chunk sherpa-onnx decodes
+        (it decodes chunk i once more than W frames are ready: i S + W < T)."""
+        lay = self.layout
+        state = lay.initial_state()
+        outs = []
+        start = 0
+        while start + lay.window < feats.shape[0]:
+            chunk = feats[None, start : start + lay.window].transpose(0, 2, 1).astype(np.float32)  # (1, F, W)
+            out, _, *state = self.session.run(
+                list(OUTPUT_NAMES), dict(zip(INPUT_NAMES, [chunk, np.array([lay.window]), *state])))
+            outs.append(out[0])
+            start += lay.shift
+        return np.concatenate(outs) if outs else np.zeros((0, lay.vocab_size), np.float32)
+
+
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: int, left_chunks: int
+                      ) -> tuple[Path, Path, SherpaLayout]:
+    """Load a training checkpoint, check that sherpa-onnx can run it as we do, write model.onnx + tokens.txt.
+
+    Raises :class:`SherpaExportError` (what sherpa-onnx cannot reproduce, named), or the
+    checkpoint's own loading errors.
+    """
+    from asr.train.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
+
+    checkpoint = read_checkpoint(ckpt_path)
+    tokenizer_path = checkpoint.get("hyper_parameters", {}).get("tokenizer_path")
+    if TOKENIZER_KEY not in checkpoint and not (tokenizer_path and Path(tokenizer_path).exists()):
+        check_exportable_tokenizer(None)
+    del checkpoint
+    model, tokenizer, cfg = load_model(ckpt_path)
+    features = FeatureConfig.from_dict(cfg.features)
+    check_exportable(model, features, chunk_size, left_chunks, tokenizer)
+    step = SherpaCtcStep(model, chunk_size, left_chunks)
+    model_path, tokens_path = export_sherpa_onnx(step, tokenizer, out_dir)
+    return model_path, tokens_path, step.layout
+
+
+def check_exportable_tokenizer(tokenizer) -> None:
+    if tokenizer is None:
+        raise SherpaExportError("no tokenizer: tokens.txt (the symbols sherpa-onnx prints) needs the model's "
+                                "tokenizer; the checkpoint holds none and its tokenizer_path is gone.")
+
+
+def run_commands(out_dir: str | Path, layout: SherpaLayout) -> list[str]:
+    """How to run an export with sherpa-onnx: a WebSocket server and a file decoder."""
+    out = Path(out_dir)
+    model, tokens = out / "model.onnx", out / "tokens.txt"
+    return [
+        f"sherpa-onnx-online-websocket-server --port=6006 --nemo-ctc-model={model} --tokens={tokens} "
+        f"--feat-dim={layout.input_dim} --model-type=nemo_ctc",
+        f"sherpa-onnx --nemo-ctc-model={model} --tokens={tokens} --feat-dim={layout.input_dim} some.wav",
+    ]

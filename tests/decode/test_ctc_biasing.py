@@ -1,0 +1,83 @@
+"""Hotword biasing in the CTC prefix beam, attention rescoring and decode_batch."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from asr.decode import decode_batch
+from asr.decode.batch import search_encoded
+from asr.decode.context_graph import ContextGraph
+from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch, ctc_prefix_beam_search
+from asr.decode.hotwords import Biasing
+from asr.decode.rescoring import rescoring_scores
+
+
+def random_log_probs(seed: int, frames: int, vocab: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.log_softmax(torch.randn(frames, vocab, generator=g) * 2, dim=-1)  # (T', V)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_empty_graph_changes_nothing(seed):
+    lp = random_log_probs(seed, 30, 7)
+    assert ctc_prefix_beam_search(lp, 4, 0, None, ContextGraph([])) == ctc_prefix_beam_search(lp, 4, 0)
+
+
+def test_bias_turns_a_near_miss_into_the_phrase():
+    # frame by frame: 3, then 4 (0.55) or 5 (0.45), then blank
+    probs = torch.tensor([[0.05, 0.0, 0.0, 0.95, 0.0, 0.0],
+                          [0.0, 0.0, 0.0, 0.0, 0.55, 0.45],
+                          [0.98, 0.0, 0.0, 0.0, 0.01, 0.01]]) + 1e-4
+    lp = probs.log()
+    assert ctc_prefix_beam_search(lp, 4)[0][0] == [3, 4]
+    graph = ContextGraph([((3, 5), 1.0)])
+    best, ctc = ctc_prefix_beam_search(lp, 4, 0, None, graph)[0]
+    assert best == [3, 5]
+    assert ctc == pytest.approx(dict((tuple(h), s) for h, s in ctc_prefix_beam_search(lp, 4))[(3, 5)])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unfinished_phrases_leave_the_final_ranking_as_without_biasing(seed):
+    # Two frames, a 3-token phrase: no hypothesis can complete it. A beam wide enough to prune nothing
+    # holds the same prefixes either way; finals must rank exactly as without biasing, partials must not.
+    lp = random_log_probs(seed, 2, 4)
+    graph = ContextGraph([((1, 2, 3), 5.0)])
+    plain, biased = CtcPrefixBeamSearch(100, 0), CtcPrefixBeamSearch(100, 0, context=graph)
+    plain.advance(lp)
+    biased.advance(lp)
+    assert biased.nbest(complete=True) == plain.nbest(complete=True)
+    # partials keep the provisional bonus of the phrase being spelled
+    expected = sorted(plain.nbest(complete=False), key=lambda e: -(e[1] + graph.walk(e[0])[1]))
+    assert [h for h, _ in biased.nbest(complete=False)] == [h for h, _ in expected]
+
+
+def test_rescoring_adds_the_share_of_the_bonus_it_keeps(tiny_model):
+    enc = torch.randn(1, 12, tiny_model.encoder.output_size)  # (1, T', D)
+    nbest = [([1, 2, 3], -1.0), ([1, 4], -2.0), ([], -3.0)]
+    graph = ContextGraph([((2, 3), 1.5)])
+    base = rescoring_scores(tiny_model, enc, 12, nbest, 0.5, 0.0)
+    for weight in (0.0, 0.5, 1.0):
+        biased = rescoring_scores(tiny_model, enc, 12, nbest, 0.5, 0.0, None, graph, weight)
+        expected = base + weight * torch.tensor([3.0, 0.0, 0.0], dtype=torch.float64)
+        assert torch.allclose(biased, expected)
+
+
+def test_decode_batch_takes_one_list_per_utterance(tiny_model, tiny_feats):
+    feats, lens = tiny_feats
+    enc, enc_lens = tiny_model.encode(feats, lens)
+    plain = search_encoded(tiny_model, enc, enc_lens, "attention_rescoring", beam=3)
+    rng = random.Random(0)
+    strong = Biasing(ContextGraph([((rng.randrange(2, 7),) * 2, 50.0)]), (("x", 50.0),), frozenset({"x"}))
+    per_utt = search_encoded(tiny_model, enc, enc_lens, "attention_rescoring", beam=3, biasing=[None, strong, None])
+    assert per_utt[0] == plain[0] and per_utt[2] == plain[2]
+    assert decode_batch(tiny_model, feats, lens, "ctc_prefix_beam", beam=3, biasing=[None] * 3) == \
+        decode_batch(tiny_model, feats, lens, "ctc_prefix_beam", beam=3)
+    with pytest.raises(ValueError, match="takes no language model or hotwords"):
+        decode_batch(tiny_model, feats, lens, "ctc_greedy", biasing=strong)
+    with pytest.raises(ValueError, match="3 utterances"):
+        search_encoded(tiny_model, enc, enc_lens, "ctc_prefix_beam", biasing=[None])
+    assert math.isfinite(float(len(per_utt[1])))

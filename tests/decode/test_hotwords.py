@@ -1,0 +1,92 @@
+"""Hotword lists: parsing, the training text's normalization, tokenizer checks, limits, the content cache."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+
+from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
+from asr.decode.hotwords import (DEFAULT_HOTWORD_SCORE, HotwordCompiler, HotwordError, HotwordLimits, as_entries, parse_entry,
+                                 phrase_normalizer, read_hotwords)
+
+TEXTS = ["call anna at seven", "the new york office", "turn on the kitchen lights", "zentrova is a product",
+         "don't stop the music", "quick brown fox jumps over the lazy dog"] * 20
+
+
+@pytest.fixture(scope="module")
+def char_tok(tmp_path_factory):
+    return load_tokenizer(write_char_units([string.ascii_lowercase + "'"], tmp_path_factory.mktemp("char")))
+
+
+@pytest.fixture(scope="module")
+def spm_tok(tmp_path_factory):
+    return load_tokenizer(train_sentencepiece(TEXTS, tmp_path_factory.mktemp("spm"), vocab_size=60))
+
+
+def test_entries_and_files(tmp_path):
+    assert parse_entry("new york:2.5") == ("new york", 2.5)
+    assert parse_entry("ratio 3:x") == ("ratio 3:x", None)
+    assert parse_entry("  anna ") == ("anna", None)
+    path = tmp_path / "hot.txt"
+    path.write_text("# names\nanna\n\nnew york:3\n", encoding="utf-8")
+    assert read_hotwords(path) == [("anna", None), ("new york", 3.0)]
+    assert as_entries(["a:1", ("b", 2)]) == [("a", 1.0), ("b", 2.0)]
+    with pytest.raises(FileNotFoundError, match="hotword file not found"):
+        read_hotwords(tmp_path / "missing.txt")
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(HotwordError, match="not UTF-8"):
+        read_hotwords(tmp_path / "bad.txt")
+
+
+def test_normalized_as_the_synth_transcripts(char_tok):
+    normalize = phrase_normalizer(char_tok)
+    assert normalize("Call ANNA at 7!") == "call anna at seven"
+    with pytest.raises(HotwordError, match="cannot spell: é"):
+        normalize("café")
+
+
+def test_compiled_graph_spells_the_phrases_with_the_models_tokens(spm_tok):
+    biasing = HotwordCompiler(spm_tok, default_score=1.5).compile(["New York", "zentrova:3"])
+    assert biasing.phrases == (("new york", 1.5), ("zentrova", 3.0))
+    assert biasing.words == {"new", "york", "zentrova"}
+    ids = spm_tok.encode("the new york office")
+    york = spm_tok.encode("new york")
+    assert biasing.graph.sentence_score(ids) == pytest.approx(1.5 * len(york))
+    assert biasing.graph.sentence_score(spm_tok.encode("the new office")) == 0.0
+
+
+def test_bad_lists_get_one_line_errors(char_tok):
+    compiler = HotwordCompiler(char_tok)
+    assert compiler.compile([]) is None
+    for bad, message in [(["  "], "empty hotword"), (["?!"], "empty hotword"), (["x:-1"], "must be a finite"),
+                         (["x:nan"], "must be a finite"), (["日本"], "cannot spell")]:
+        with pytest.raises(HotwordError, match=message):
+            compiler.compile(bad)
+    limits = HotwordLimits(max_phrases=2, max_phrase_chars=5)
+    with pytest.raises(HotwordError, match="too many hotwords: 3 phrases \\(limit 2 per request\\)"):
+        limits.check(as_entries(["a", "b", "c"]))
+    with pytest.raises(HotwordError, match="hotword too long: 6 characters .*limit 5 characters per phrase"):
+        limits.check(as_entries(["abcdef"]))
+    limits.check(as_entries(["abcde", "b"]))
+    with pytest.raises(ValueError, match="score"):
+        HotwordCompiler(char_tok, default_score=0.0)
+
+
+def test_untokenizable_characters_without_the_synth_alphabet(tmp_path):
+    tok = load_tokenizer(write_char_units(["ABC DEF"], tmp_path))  # an uppercase corpus: no normalize_text
+    compiler = HotwordCompiler(tok)
+    assert compiler.compile(["abc"]).phrases == (("ABC", DEFAULT_HOTWORD_SCORE),)  # folded to the tokenizer's case
+    with pytest.raises(HotwordError, match="cannot spell: X"):
+        compiler.compile(["abx"])
+
+
+def test_cache_is_keyed_by_content(char_tok):
+    compiler = HotwordCompiler(char_tok, cache_size=2)
+    first = compiler.compile(["anna", "bob"])
+    assert compiler.compile(["Bob", "anna"]) is first  # same normalized content, other order
+    assert (compiler.hits, compiler.misses) == (1, 1)
+    compiler.compile(["carl"])
+    compiler.compile(["dora"])  # evicts the oldest
+    assert compiler.compile(["anna", "bob"]) is not first
+    assert compiler.compile(["anna", "bob:3"]).phrases != first.phrases

@@ -1,0 +1,277 @@
+"""The microphone page: served by the WebSocket server, and driven in a real (Debian) Chromium.
+
+The first tests need no browser: the static route, the declared sample rate. The
+browser tests play a WAV file into the page as its microphone (tests/serve/browser.py)
+and skip with a reason when chromium or playwright is missing (CI is pip-only).
+"""
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from asr.data.audio import resample_int16
+from asr.data.features import SAMPLE_RATE
+from asr.serve.client import stream_audio
+from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.serve.recognizer import Recognizer
+from asr.serve.server import AsrServer, ServerConfig
+from tests.serve.browser import needs_browser, running, speak_into_page, stop_server
+from tests.serve.helpers import fitted_model, noise
+
+torch.set_num_threads(1)
+C, LEFT = 4, 2
+
+
+class RecordingServer(AsrServer):
+    """The server, keeping every PCM frame it was sent (to compare with what the page captured)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.received: list[bytes] = []
+
+    def _on_audio(self, session, data: bytes) -> None:
+        self.received.append(bytes(data))
+        super()._on_audio(session, data)
+
+    def received_audio(self) -> np.ndarray:
+        return np.frombuffer(b"".join(self.received), dtype="<i2").astype(np.float64) / 32768.0
+
+
+def make_server(model, tokenizer, web=True, endpoint=None) -> RecordingServer:
+    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3,
+                     endpoint=endpoint or EndpointConfig(enabled=False))
+    return RecordingServer(rec, ServerConfig(port=0, web=web))
+
+
+def http_get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            return reply.status, reply.headers["Content-Type"], reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read()
+
+
+def test_web_serves_the_page_and_websockets_on_one_port(model, tokenizer):
+    with running(make_server(model, tokenizer)) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        status, kind, body = http_get(base + "/")
+        assert status == 200 and kind.startswith("text/html") and b"<title>" in body
+        for script in ("app.js", "capture-worklet.js", "resampler.js"):
+            status, kind, _ = http_get(f"{base}/{script}")
+            assert status == 200 and kind.startswith("text/javascript"), script
+        status, _, body = http_get(base + "/config.json")
+        assert status == 200 and json.loads(body) == {"sample_rate": SAMPLE_RATE, "protocol": "wenet"}
+        status, _, body = http_get(base + "/../pyproject.toml")
+        assert status == 404
+        session = asyncio.run(stream_audio(f"ws://127.0.0.1:{server.port}", noise(1.0, 0, SAMPLE_RATE).numpy(),
+                                           SAMPLE_RATE, realtime=False))
+        assert session.finals and session.close_code == 1000
+
+
+def test_without_web_plain_http_is_refused(model, tokenizer):
+    with running(make_server(model, tokenizer, web=False)) as server:
+        status, _, _ = http_get(f"http://127.0.0.1:{server.port}/")
+        assert status == 426  # websockets' "Upgrade Required": no page unless --web
+
+
+@pytest.mark.parametrize("declared, refused", [(48000, True), (SAMPLE_RATE, False), (None, False)])
+def test_a_declared_sample_rate_other_than_the_models_is_refused(model, tokenizer, declared, refused):
+    with running(make_server(model, tokenizer)) as server:
+        query = "" if declared is None else f"/?sample_rate={declared}"
+        session = asyncio.run(stream_audio(f"ws://127.0.0.1:{server.port}{query}",
+                                           noise(0.5, 0, SAMPLE_RATE).numpy(), SAMPLE_RATE, realtime=False))
+    if refused:
+        assert session.close_code == 1008 and not session.finals
+        assert "sample_rate 48000" in session.replies[0].message and f"{SAMPLE_RATE} Hz" in session.replies[0].message
+    else:
+        assert session.close_code == 1000 and session.finals
+
+
+# ---- in the browser ------------------------------------------------------------------------
+
+
+def reference_resample(x: np.ndarray, fin: int, fout: int, zero_crossings=32, rolloff=0.95, beta=8.6) -> np.ndarray:
+    """float64 oracle of resampler.js: y[n] = sum_k x[k] h(p - k), p = n fin / fout, taps normalised per output."""
+    a = rolloff * min(fin, fout) / fin
+    half = zero_crossings / a
+    k_side = int(np.ceil(half))
+    out = np.zeros(int(np.ceil(len(x) * fout / fin)))
+    for n in range(out.size):
+        p = n * fin / fout
+        k = np.arange(int(np.floor(p)) - k_side + 1, int(np.floor(p)) + k_side + 1)
+        d = p - k
+        r = d / half
+        h = np.where(np.abs(r) < 1, a * np.sinc(a * d) * np.i0(beta * np.sqrt(np.clip(1 - r**2, 0, None))) / np.i0(beta),
+                     0.0)
+        h /= h.sum()
+        inside = (k >= 0) & (k < len(x))
+        out[n] = x[k[inside]] @ h[inside]
+    return out
+
+
+RESAMPLE_JS = """async ([samples, fin, fout, block]) => {
+  const { Resampler } = await import('/resampler.js');
+  const r = new Resampler(fin, fout);
+  const x = Float32Array.from(samples);
+  const out = [];
+  for (let i = 0; i < x.length; i += block) out.push(...r.process(x.subarray(i, i + block)));
+  out.push(...r.flush());
+  return out;
+}"""
+
+
+@needs_browser
+def test_page_resampler_matches_float64_reference_and_rejects_aliases(model, tokenizer, tmp_path):
+    from tests.serve.browser import browser, open_page
+
+    rng = np.random.default_rng(0)
+    wav = tmp_path / "silence.wav"
+    sf.write(wav, np.zeros(1600, dtype=np.int16), SAMPLE_RATE)
+    with running(make_server(model, tokenizer)) as server, browser(wav) as instance:
+        page, _ = open_page(instance, f"http://127.0.0.1:{server.port}/")
+        for fin, fout, block in [(48000, 16000, 128), (44100, 16000, 128), (8000, 16000, 100), (22050, 16000, 333)]:
+            x = rng.uniform(-0.5, 0.5, 3000).astype(np.float32)
+            got = np.array(page.evaluate(RESAMPLE_JS, [x.tolist(), fin, fout, block]))
+            want = reference_resample(x.astype(np.float64), fin, fout)
+            assert got.shape == want.shape, (fin, fout)
+            np.testing.assert_allclose(got, want, atol=2e-6, err_msg=f"{fin} -> {fout}")
+        # 48 kHz -> 16 kHz: 1 kHz passes untouched, 9 kHz (would fold onto 7 kHz) is gone
+        t = np.arange(48000) / 48000
+        for freq, low_db, high_db in [(1000, -0.01, 0.01), (9000, -200.0, -80.0)]:
+            y = np.array(page.evaluate(RESAMPLE_JS, [np.sin(2 * np.pi * freq * t).tolist(), 48000, 16000, 128]))
+            level_db = 20 * np.log10(np.sqrt(2 * np.mean(y[2000:-2000] ** 2)) + 1e-20)
+            assert low_db <= level_db <= high_db, (freq, level_db)
+
+
+def speech_wav(path, seconds_between: float = 1.2) -> np.ndarray:
+    """Two eSpeak phrases with a quiet pause between them, as a 16 kHz WAV; returns the float samples."""
+    from asr.synth.espeak import EspeakSynthesizer
+
+    synth = EspeakSynthesizer()
+    phrases = [resample_int16(synth.synthesize(text, "en-us", 160, 50, seed=1), synth.sample_rate, SAMPLE_RATE)
+               for text in ("the weather in lisbon this weekend", "three recipes in the tin")]
+    pause = (np.random.default_rng(0).standard_normal(int(seconds_between * SAMPLE_RATE)) * 3).astype(np.int16)
+    audio = np.concatenate([phrases[0], pause, phrases[1]])
+    sf.write(path, audio, SAMPLE_RATE, subtype="PCM_16")
+    return audio.astype(np.float64) / 32768.0
+
+
+def lag_of(sent: np.ndarray, got: np.ndarray) -> int:
+    """Integer lag (samples) of ``got`` behind ``sent`` at the cross-correlation peak."""
+    n = 1 << (len(sent) + len(got)).bit_length()
+    corr = np.fft.irfft(np.fft.rfft(got, n) * np.conj(np.fft.rfft(sent, n)), n)
+    lag = int(np.argmax(np.abs(corr)))
+    return lag if lag < n // 2 else lag - n
+
+
+def linear_fit_snr_db(sent: np.ndarray, got: np.ndarray, taps: int = 33, skip_s: float = 0.5) -> tuple[float, int]:
+    """(SNR in dB of ``got`` against the best ``taps``-tap linear filter of ``sent``, the integer lag).
+
+    A filter, not just a lag and gain: capture starts at a fraction of a 16 kHz sample (the
+    browser runs at 44.1 or 48 kHz), and the band edge above 7 kHz differs; what is left
+    after any such filter is what the capture path added. The first and last ``skip_s`` are
+    left out (Chromium's fake device ramps the file in and out).
+    """
+    lag = lag_of(sent, got)
+    half = taps // 2
+    start = max(half, -lag + half, int(skip_s * SAMPLE_RATE))
+    stop = min(len(sent) - int(skip_s * SAMPLE_RATE), len(got) - lag) - half
+    idx = np.arange(start, stop)
+    design = np.stack([sent[idx + k] for k in range(-half, half + 1)], axis=1)  # (N, taps)
+    target = got[idx + lag]
+    weights, *_ = np.linalg.lstsq(design, target, rcond=None)
+    residual = target - design @ weights
+    return float(10 * np.log10((target @ target) / max(residual @ residual, 1e-20))), lag
+
+
+@needs_browser
+def test_page_streams_the_microphone_and_shows_what_the_server_said(tokenizer, tmp_path):
+    """Through Chromium's capture at its own rate and the page's resampler, the server gets the file back
+    (> 35 dB from the file up to a short linear filter: browser processing is off by default); the page shows every final the server sent,
+    with its word times, and an endpoint divider after each final before the end."""
+    wav = tmp_path / "speech.wav"
+    sent = speech_wav(wav)
+    # forced endpoints every second of stream, so a short file has several finals in continuous decoding
+    endpoint = EndpointConfig(rules=(EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0,
+                                                  min_utterance_s=1.0),))
+    server = make_server(fitted_model(tokenizer), tokenizer, endpoint=endpoint)
+    with running(server):
+        shown = speak_into_page(wav, f"http://127.0.0.1:{server.port}/", len(sent) / SAMPLE_RATE, screenshot=True)
+    (tmp_path / "page.png").write_bytes(shown.screenshot)
+    assert shown.status_state == "done", shown.status_text
+    assert "-> 16000 Hz" in shown.capture_info and "auto gain off" in shown.capture_info
+    got = server.received_audio()
+    snr, lag = linear_fit_snr_db(sent, got)
+    assert snr > 35.0 and abs(lag) < 0.3 * SAMPLE_RATE, f"captured audio: {snr:.1f} dB from the file, lag {lag}"
+    assert len(got) >= len(sent) + lag  # nothing of the file lost
+
+    replies = [json.loads(f) for f in shown.frames]
+    assert replies[0]["type"] == "server_ready" and replies[-1]["type"] == "speech_end"
+    assert any(r["type"] == "partial_result" for r in replies)
+    finals = [json.loads(r["nbest"])[0] for r in replies if r["type"] == "final_result"]
+    with_text = [f for f in finals if f["sentence"]]
+    assert len(with_text) >= 2
+    assert shown.finals == [f["sentence"] for f in with_text]
+    assert shown.word_times == [(w["word"], w["start"], w["end"]) for f in with_text for w in f["word_pieces"]]
+    # every final with text but the one the end signal produced came at an endpoint
+    assert shown.breaks == len(with_text) - (1 if finals[-1]["sentence"] else 0)
+
+
+@needs_browser
+def test_page_shows_the_servers_refusal_of_its_rate(model, tokenizer, tmp_path):
+    wav = tmp_path / "speech.wav"
+    sent = speech_wav(wav)
+    with running(make_server(model, tokenizer)) as server:
+        shown = speak_into_page(wav, f"http://127.0.0.1:{server.port}/?rate=48000", len(sent) / SAMPLE_RATE)
+    assert shown.status_state == "error"
+    assert "sample_rate 48000" in shown.status_text and "16000 Hz" in shown.status_text
+    assert not server.received
+
+
+@needs_browser
+def test_page_says_when_the_server_goes_away_mid_utterance(model, tokenizer, tmp_path):
+    from tests.serve.browser import STATE_JS, browser, open_page, read_page
+
+    wav = tmp_path / "speech.wav"
+    speech_wav(wav)
+    server = make_server(model, tokenizer)
+    with running(server), browser(wav) as instance:
+        page, frames = open_page(instance, f"http://127.0.0.1:{server.port}/")
+        page.click("#start")
+        page.wait_for_function(f"{STATE_JS} === 'listening'", timeout=60000)
+        page.wait_for_timeout(1000)
+        stop_server(server, server._server.get_loop())
+        page.wait_for_function(f"{STATE_JS} === 'error'", timeout=30000)
+        shown = read_page(page, frames)
+    assert "Connection to the server lost" in shown.status_text
+
+
+@needs_browser
+def test_a_page_closed_mid_utterance_leaves_the_server_serving(model, tokenizer, tmp_path):
+    from tests.serve.browser import STATE_JS, browser, open_page
+
+    wav = tmp_path / "speech.wav"
+    sent = speech_wav(wav)
+    server = make_server(model, tokenizer)
+    with running(server):
+        with browser(wav) as instance:
+            page, _ = open_page(instance, f"http://127.0.0.1:{server.port}/")
+            page.click("#start")
+            page.wait_for_function(f"{STATE_JS} === 'listening'", timeout=60000)
+            page.wait_for_timeout(1000)
+            page.close()
+        for _ in range(200):  # the server notices the dropped connection and removes its stream (bounded wait)
+            if not server.recognizer.streams:
+                break
+            time.sleep(0.05)
+        assert server.received and not server.recognizer.streams
+        session = asyncio.run(stream_audio(f"ws://127.0.0.1:{server.port}", sent[:SAMPLE_RATE], SAMPLE_RATE,
+                                           realtime=False))
+    assert session.finals and session.close_code == 1000
