@@ -2,11 +2,15 @@
 
 Usage:
     python scripts/bench_attention.py [--quick] [--json PATH] [--threads N] [--repeats R]
+    python scripts/bench_attention.py --lengths 512 1024 4096 --repeats 5   # the blocked path's range
 
 For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
 256 with --quick) this measures, for one forward + backward of the scorer
 (q, k, v given with requires_grad, no mask; the scheme's own positional
-projections and tables included):
+projections and tables included). A scheme's row is what the model runs at that
+size (``asr.model.scorers.blocked.use_blocked`` picks the explicit or the blocked
+path); the ``<scheme>/blocked`` rows force the exact blocked attention
+(``blocked.forced()``) for the schemes that have it:
 
 * time: the median over repeats of (scheme time / SDPA time), where each repeat
   times every scheme and the baseline back to back (interleaved, best of 3 runs
@@ -46,11 +50,16 @@ import torch
 import torch.nn.functional as F
 
 from asr.model.positions import POSITION_SCHEMES, build_position_scheme
+from asr.model.scorers import blocked
 
 B, H, DH = 8, 4, 64
 BASELINE = "sdpa"
 # (scheme, max L) -> largest allowed time ratio; from the model-core issue.
 TARGETS = {("rel_xl", 256): 2.1, ("rel_xl", 512): 3.0, ("shaw", 256): 1.8, ("shaw", 512): 2.6}
+# Goals of the blocked path (issue 39), printed after the table, not failed on: (row, L, kind) -> ratio.
+GOALS = {("rel_xl/blocked", 512, "time"): 2.2, ("shaw/blocked", 512, "time"): 2.2,
+         ("rel_xl/blocked", 1024, "saved"): 1.5, ("shaw/blocked", 1024, "saved"): 1.5}
+BLOCKED_SUFFIX = "/blocked"
 
 
 def target_for(name: str, length: int) -> float | None:
@@ -61,11 +70,22 @@ def target_for(name: str, length: int) -> float | None:
 
 
 def make_core(name: str):
-    """A callable (q, k, v) -> out for one scheme's scorer, or the SDPA baseline."""
+    """A callable (q, k, v) -> out for one scheme's scorer (``<scheme>/blocked``: its blocked path), or SDPA."""
     if name == BASELINE:
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
-    scorer = build_position_scheme(name, H * DH, H).make_scorer(H, DH, 0.0)
+    scorer = build_position_scheme(name.removesuffix(BLOCKED_SUFFIX), H * DH, H).make_scorer(H, DH, 0.0)
+    if name.endswith(BLOCKED_SUFFIX):
+        def run(q, k, v):
+            with blocked.forced():
+                return scorer(q, k, v, None)
+        return run
     return lambda q, k, v: scorer(q, k, v, None)
+
+
+def blocked_rows() -> list[str]:
+    """``<scheme>/blocked`` for every scheme whose scorer has the blocked path."""
+    return [f"{name}{BLOCKED_SUFFIX}" for name in POSITION_SCHEMES
+            if build_position_scheme(name, H * DH, H).make_scorer(H, DH, 0.0).has_blocked_path]
 
 
 def make_inputs(length: int) -> tuple[torch.Tensor, ...]:
@@ -188,15 +208,17 @@ def main() -> int:
 
     lengths = args.lengths or ([128, 256] if args.quick else [128, 256, 512, 1024])
     repeats = args.repeats or (5 if args.quick else 9)
-    names = [BASELINE, *POSITION_SCHEMES]
+    names = [BASELINE, *POSITION_SCHEMES, *blocked_rows()]
     rows, failures = [], []
     print(
         f"B={B} H={H} Dh={DH} threads={args.threads} repeats={repeats} clock={args.clock} "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ratios are to plain SDPA (no mask)"
     )
-    header = f"{'L':>5} {'scheme':<12} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
+    header = f"{'L':>5} {'scheme':<16} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
+    goals = []
     for length in lengths:
-        timing = time_ratios(names, length, repeats, args.clock)
+        # One run a repeat past 1024 (a step of L = 4096 takes seconds); the best of 3 below.
+        timing = time_ratios(names, length, repeats, args.clock, inner=3 if length <= 1024 else 1)
         stats = {n: saved_tensor_stats(make_core(n), make_inputs(length)) for n in names}
         peaks = {n: (float("nan") if args.no_peak else peak_rss(n, length, args.threads)) for n in names}
         print(header)
@@ -216,12 +238,19 @@ def main() -> int:
                 "peak_ratio": peaks[n] / peaks[BASELINE] if peaks[BASELINE] > 0 else float("nan"),
             }
             rows.append(row)
+            for kind, measured in (("time", ratio), ("saved", row["saved_ratio"])):
+                goal = GOALS.get((n, length, kind))
+                if goal is not None:
+                    goals.append(f"goal {n} L={length} {kind} <= {goal}x: {measured:.2f}x "
+                                 f"{'met' if measured <= goal else 'NOT met'}")
             print(
-                f"{length:>5} {n:<12} {row['ms']:>10.1f} {ratio:>7.2f} {(f'{limit} ' + verdict) if limit else '':>7} "
+                f"{length:>5} {n:<16} {row['ms']:>10.1f} {ratio:>7.2f} {(f'{limit} ' + verdict) if limit else '':>7} "
                 f"{saved / 2**20:>9.1f} {row['saved_ratio']:>8.2f} {str(shape):>22} {peaks[n]:>8.1f} {row['peak_ratio']:>7.2f}"
             )
         print()
     print(f"no saved tensor of L*L*Dh elements: {'yes' if not any('saved' in f for f in failures) else 'NO'}")
+    for line in goals:
+        print(line)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w") as fh:

@@ -9,6 +9,14 @@ Usage:
     python scripts/decode.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz \
         --word-lm data/synth/lm/words_3gram.arpa.gz                                # + word LM and lexicon
     python scripts/decode.py --checkpoint CKPT --hotwords names.txt --hotword-score 2   # + hotword biasing
+    python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --chunk-size 16 --left-chunks 4
+        # long audio: chunk by chunk through the streaming encoder, memory independent of the length
+    python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --memory-budget 6G
+        # full context: a forward that would not fit 6 GiB takes the blocked attention, or is skipped with advice
+
+Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
+minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
+(default: 80% of the memory available at the start) before it runs, so nothing is killed by the kernel.
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
@@ -33,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
+from asr.decode.memory import default_budget, parse_bytes  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
@@ -59,6 +68,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds of audio per batch")
     parser.add_argument("--out-dir", help="where JSONL files and summary.json go")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    parser.add_argument("--memory-budget", default="auto",
+                        help="bytes a forward may add (e.g. 6G); over it a batch is decoded one utterance at a time, "
+                             "an utterance with the blocked attention, or skipped with advice (counted); 'auto': 80%% "
+                             "of the memory available at the start; 'none': no check")
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.modes if m not in MODES]
@@ -70,6 +83,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--max-utts ({args.max_utts}) must be >= 1")
     if args.batch_seconds <= 0:
         parser.error(f"--batch-seconds ({args.batch_seconds}) must be > 0")
+    if args.memory_budget == "auto":
+        args.memory_budget = default_budget()
+    elif args.memory_budget == "none":
+        args.memory_budget = None
+    else:
+        try:
+            args.memory_budget = parse_bytes(args.memory_budget)
+        except ValueError as err:
+            parser.error(f"--memory-budget: {err}")
     return args
 
 
@@ -98,6 +120,10 @@ def format_table(summary: dict) -> str:
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
         lines.append(f"{mode:<22}{100 * r['wer']:>8.2f}{100 * r['cer']:>8.2f}{r['utterances']:>7}{r['rtf']:>8.3f}")
+    memory = summary.get("memory")
+    if memory and memory["blocked_attention_utterances"]:
+        lines.append(f"blocked attention (over the {memory['budget_bytes'] / 2**30:.1f} GiB budget otherwise): "
+                     f"{memory['blocked_attention_utterances']} utterances")
     skipped = summary["skipped_utterances"]
     lines.append(f"skipped cuts: {', '.join(f'{k} {n}' for k, n in skipped.items()) if skipped else 'none'}")
     return "\n".join(lines)
@@ -123,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.modes,
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
+        memory_budget=args.memory_budget,
         biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight,
     )
     out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args)

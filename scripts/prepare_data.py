@@ -19,6 +19,7 @@ Usage:
   python scripts/prepare_data.py --train-hours 0.05 --data-dir /tmp/tiny
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)
+  python scripts/prepare_data.py --dev-probes                 # + its dev version (dev voices, for tuning)
   python scripts/prepare_data.py --xengine                    # + test sentences read by flite (evaluation only)
   python scripts/prepare_data.py --biasing                    # + the hotword biasing benchmark (rare words)
   python scripts/prepare_data.py --biasing-only --biasing-dir data/synth_biasing   # it alone, from data/synth
@@ -44,7 +45,7 @@ from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.importers import IMPORTERS
 from asr.data.dataset import cut_text
 from asr.data.manifest import manifest_stats, read_cuts, write_cuts
-from asr.synth.probes import PROBE_FILE, build_probe_set
+from asr.synth.probes import DEV_PROBE_FILE, PROBE_FILE, build_probe_set
 from asr.data.shar import shard_paths, write_shar
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
@@ -89,6 +90,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "
                         "5, 10, 20, 40, 80, 160 s by held-out voices; ~1.75 h of audio, under a minute)")
+    p.add_argument("--dev-probes", action="store_true",
+                   help="synth only: also build the dev probe set (cuts_probe_dev.jsonl.gz: the same lengths read "
+                        "by dev voices), for tuning training choices such as the passage share; the probe set "
+                        "itself stays evaluation only")
     p.add_argument("--xengine", action="store_true",
                    help="also render the test and dev transcripts with flite's awb and rms voices into "
                         "cuts_xengine (test) and cuts_xengine_dev (another engine, for evaluation only; "
@@ -226,6 +231,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.probes and (args.force or not (out / PROBE_FILE).is_file()):
             probes = build_probe_set(out, seed=args.seed, workers=args.workers)
             print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")
+        if args.dev_probes and (args.force or not (out / DEV_PROBE_FILE).is_file()):
+            probes = build_probe_set(out, seed=args.seed, workers=args.workers, voices="dev")
+            print(f"dev probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h "
+                  f"-> {out / DEV_PROBE_FILE}")
         if args.xengine:
             prepare_xengine(out, args.force)
         if args.biasing:

@@ -13,6 +13,7 @@ from asr.decode.attention_beam import attention_beam_search
 from asr.decode.ctc_greedy import ctc_greedy
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
+from asr.decode.long_audio import encode_batch
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
 
@@ -42,7 +43,8 @@ def decode_batch(
         feats: (B, T, F) zero-padded; feat_lens (B,).
         mode: one of ``MODES``.
         beam: width of the CTC prefix beam and of the attention beam.
-        chunk_size, left_chunks: encoder attention context (0 = full context).
+        chunk_size, left_chunks: encoder attention context (0 = full context); with
+            ``left_chunks >= 0`` the encoder runs chunk by chunk (``asr.decode.long_audio``).
         ctc_weight, reverse_weight: ``attention_rescoring`` score mixing.
         fusion: a language model for ``ctc_prefix_beam`` and ``attention_rescoring`` (both passes);
             the greedy and attention-beam modes do not use one and refuse it.
@@ -53,7 +55,8 @@ def decode_batch(
         B token lists (no blank, <sos> or <eos>).
     """
     _check_mode(mode, fusion, biasing)
-    enc_out, enc_lens = model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)  # (B, T', D)
+    # Bounded left context streams long utterances through the encoder (memory independent of their length).
+    enc_out, enc_lens = encode_batch(model, feats, feat_lens, chunk_size, left_chunks)  # (B, T', D)
     return search_encoded(model, enc_out, enc_lens, mode, beam, ctc_weight, reverse_weight, fusion, biasing,
                           hotword_rescore_weight)
 

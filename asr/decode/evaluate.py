@@ -8,11 +8,18 @@ decode.py, the quickstart all score WER this way, so their numbers agree:
 2. :func:`evaluate_utterances` decodes them in duration-sorted batches with
    :func:`asr.decode.decode_batch`, once per mode, and scores every utterance.
 
+With a memory budget, a batch whose forward would not fit is decoded one utterance at a
+time, an utterance that fits only with the blocked attention is decoded with it, and one
+that fits neither is skipped with a line saying what to do, counted as
+``over_memory_budget`` (``asr.decode.memory``); the rest of the split is still decoded.
+
 Axis legend: B batch, T feature frames, F feature bins.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +29,7 @@ from pathlib import Path
 import torch
 
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
+from asr.decode.memory import plan_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.wer import ErrorCounter
 from asr.lm.fusion import Fusion
@@ -165,6 +173,7 @@ def evaluate_utterances(
     batch_seconds: float = 100.0,
     progress: bool = False,
     fusion: Fusion | None = None,
+    memory_budget: int | None = None,
     biasing: Biasing | Mapping[str, Biasing | None] | None = None,
     hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
 ) -> SplitResult:
@@ -180,6 +189,7 @@ def evaluate_utterances(
         biasing: hotwords for the same modes: one list for every utterance, or one per utterance key
             (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
         progress: show a progress bar over the batches.
+        memory_budget: bytes a forward may add at its peak (``asr.decode.memory``); None: no guard.
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
     a WER over the utterances that happened to decode would not be comparable with
@@ -193,33 +203,40 @@ def evaluate_utterances(
         raise ValueError(f"no utterances to decode (skipped: {dict(eval_set.skipped) or 'none'})")
     hyps = {m: [""] * len(utts) for m in modes}  # manifest order, whatever the batching
     seconds = dict.fromkeys(modes, 0.0)
+    skipped, over_budget, blocked_utts = Counter(eval_set.skipped), set(), 0
     batches = duration_batches([u.seconds for u in utts], batch_seconds)
     if progress:
         from tqdm import tqdm
 
         batches = tqdm(list(batches), desc="decoding", unit="batch")
+    frames = [u.feats.size(0) for u in utts]
     for batch in batches:
-        feats = torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in batch], batch_first=True)  # (B, T, F)
-        lens = torch.tensor([utts[i].feats.size(0) for i in batch])  # (B,)
-        batch_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
-                         else [biasing.get(utts[i].key) for i in batch])
-        for mode in modes:
-            start = time.perf_counter()
-            fused = mode in FUSED_MODES
-            ids = decode_batch(model, feats, lens, mode, beam=beam, chunk_size=chunk_size, left_chunks=left_chunks,
-                               ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                               fusion=fusion if fused else None, biasing=batch_biasing if fused else None,
-                               hotword_rescore_weight=hotword_rescore_weight)
-            seconds[mode] += time.perf_counter() - start
-            for i, hyp in zip(batch, ids):
-                hyps[mode][i] = tokenizer.decode(hyp)
-    audio_s = sum(u.seconds for u in utts)
+        groups, over = ([(batch, False)], []) if memory_budget is None else plan_batch(
+            model, frames, batch, chunk_size, left_chunks, memory_budget)
+        for i, need in over:
+            over_budget.add(i)
+            skipped["over_memory_budget"] += 1
+            print(f"decode: skipped {utts[i].key} ({utts[i].seconds:.0f} s): decoding it this way needs about "
+                  f"{need / 2**30:.1f} GiB, over the {memory_budget / 2**30:.1f} GiB memory budget; decode it with "
+                  f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
+                  f"--memory-budget", file=sys.stderr)
+        for group, forced in groups:
+            blocked_utts += len(group) if forced else 0
+            group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
+                             else [biasing.get(utts[i].key) for i in group])
+            _decode_group(model, tokenizer, utts, group, modes, hyps, seconds, forced, beam=beam,
+                          chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
+                          reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
+                          hotword_rescore_weight=hotword_rescore_weight)
+    decoded = [i for i in range(len(utts)) if i not in over_budget]
+    audio_s = sum(utts[i].seconds for i in decoded)
     results = {}
     for mode in modes:
         counter = ErrorCounter()
-        for utt, hyp in zip(utts, hyps[mode]):
-            counter.add(utt.text, hyp, key=utt.key, seconds=utt.seconds)
-        totals = {**counter.summary(), "decode_seconds": seconds[mode], "rtf": seconds[mode] / audio_s}
+        for i in decoded:
+            counter.add(utts[i].text, hyps[mode][i], key=utts[i].key, seconds=utts[i].seconds)
+        totals = {**counter.summary(), "decode_seconds": seconds[mode],
+                  "rtf": seconds[mode] / audio_s if audio_s else float("nan")}
         results[mode] = ModeResult(counter.records, totals)
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
@@ -227,4 +244,27 @@ def evaluate_utterances(
     if biasing is not None:
         settings["hotwords"] = {"per_utterance": not isinstance(biasing, Biasing),
                                 "rescore_weight": hotword_rescore_weight}
-    return SplitResult(results, settings, audio_s, Counter(eval_set.skipped))
+    if memory_budget is not None:
+        settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_utts}
+    return SplitResult(results, settings, audio_s, skipped)
+
+
+def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
+                  hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, *,
+                  fusion: Fusion | None, biasing, **options) -> None:
+    """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
+    ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
+    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``)."""
+    from asr.model.scorers import blocked
+
+    feats = torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True)  # (B, T, F)
+    lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
+    for mode in modes:
+        start = time.perf_counter()
+        with blocked.forced() if forced_blocked else contextlib.nullcontext():
+            fused = mode in FUSED_MODES
+            ids = decode_batch(model, feats, lens, mode, fusion=fusion if fused else None,
+                               biasing=biasing if fused else None, **options)
+        seconds[mode] += time.perf_counter() - start
+        for i, hyp in zip(group, ids):
+            hyps[mode][i] = tokenizer.decode(hyp)

@@ -24,11 +24,15 @@ import torch
 from torch import nn
 
 from asr.model.conformer import ConformerBlock
-from asr.model.masks import attention_mask, check_chunk_args, padding_mask
+from asr.model.masks import ChunkMask, check_chunk_args, padding_mask
 from asr.model.normalization import OnlineCmn
 from asr.model.positions import build_position_scheme
 from asr.model.subsampling import Conv2dSubsampling
 from asr.streaming.state import LayerCache, StreamState
+
+
+# Encoder frames per subsampling piece of a long input (see ConformerEncoder._embed).
+EMBED_PIECE = 1024
 
 
 class ConformerEncoder(nn.Module):
@@ -133,8 +137,20 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"feats must be (B, T, {self.input_dim}); got {tuple(feats.shape)}.")
 
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
-        """Normalized feats (B, T, F) -> scaled subsampled frames (B, T', D) (no positions yet)."""
-        return self.subsampling(feats) * self.scale
+        """Normalized feats (B, T, F) -> scaled subsampled frames (B, T', D) (no positions yet).
+
+        Long inputs go through the convolutions in pieces of :data:`EMBED_PIECE` output frames:
+        output t reads input frames [rate*t, rate*t + window) only, so the pieces give the same
+        frames, and the conv activations (channels x T/2 x F/2 floats: 1.8 GB for an hour at 64
+        channels) stay the size of one piece.
+        """
+        sub = self.subsampling
+        frames = sub.output_length(feats.size(1))
+        if frames <= EMBED_PIECE:
+            return sub(feats) * self.scale
+        pieces = [sub(feats[:, sub.rate * t : sub.rate * (min(frames, t + EMBED_PIECE) - 1) + sub.window])
+                  for t in range(0, frames, EMBED_PIECE)]
+        return torch.cat(pieces, dim=1) * self.scale  # (B, T', D)
 
     def forward(
         self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1
@@ -161,7 +177,8 @@ class ConformerEncoder(nn.Module):
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
         x = self.dropout(self.scheme.embed_input(x, 0))
-        mask = attention_mask(out_lens, x.size(1), chunk_size, left_chunks)  # (B, T', T') or (B, 1, T')
+        # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
+        mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks)
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
             x, _, _ = block(x, mask, pad)

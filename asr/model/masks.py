@@ -52,12 +52,8 @@ def chunk_mask(size: int, chunk_size: int, left_chunks: int = -1, device: torch.
     check_chunk_args(chunk_size, left_chunks)
     if chunk_size == 0:
         return torch.ones(size, size, dtype=torch.bool, device=device)
-    chunk = torch.arange(size, device=device) // chunk_size  # (T',)
-    q_chunk, k_chunk = chunk[:, None], chunk[None, :]  # (T', 1), (1, T')
-    visible = k_chunk <= q_chunk
-    if left_chunks >= 0:
-        visible = visible & (k_chunk >= q_chunk - left_chunks)
-    return visible  # (T', T')
+    times = torch.arange(size, device=device)  # (T',)
+    return chunk_visibility(times, times, chunk_size, left_chunks)  # (T', T')
 
 
 def attention_mask(lengths: torch.Tensor, max_len: int, chunk_size: int = 0, left_chunks: int = -1) -> torch.Tensor:
@@ -77,3 +73,70 @@ def attention_mask(lengths: torch.Tensor, max_len: int, chunk_size: int = 0, lef
     if chunk_size == 0:
         return keys  # (B, 1, T'): every query sees the same keys
     return keys & chunk_mask(max_len, chunk_size, left_chunks, device=lengths.device)[None]  # (B, T', T')
+
+
+class ChunkMask:
+    """:func:`attention_mask` held as its parameters, so the (B, T', T') tensor need not exist.
+
+    Exact attention in blocks (``asr.model.scorers.blocked``) asks it for one block at a time
+    and for the keys a query block can see at all (with bounded left context, a band); every
+    other scorer asks for :meth:`dense`, the very tensor :func:`attention_mask` returns.
+    The encoder builds one per offline forward: queries and keys are the same T' frames.
+
+    Args:
+        lengths: (B,) valid encoder frames per row.
+        size: T'.
+        chunk_size, left_chunks: as in :func:`chunk_mask` (0: full context).
+    """
+
+    def __init__(self, lengths: torch.Tensor, size: int, chunk_size: int = 0, left_chunks: int = -1) -> None:
+        check_chunk_args(chunk_size, left_chunks)
+        if lengths.dim() != 1:
+            raise ValueError(f"lengths must be (B,), got {tuple(lengths.shape)}.")
+        self.lengths = lengths
+        self.size = size
+        self.chunk_size = chunk_size
+        self.left_chunks = left_chunks
+
+    @property
+    def batch(self) -> int:
+        return self.lengths.size(0)
+
+    def dense(self) -> torch.Tensor:
+        """(B, T', T') bool, or (B, 1, T') for full context: :func:`attention_mask`."""
+        return attention_mask(self.lengths, self.size, self.chunk_size, self.left_chunks)
+
+    def key_span(self, q0: int, q1: int) -> tuple[int, int]:
+        """Keys [lo, hi) that some query in [q0, q1) may see (q0 < q1); none outside."""
+        hi = min(self.size, int(self.lengths.max()) if self.batch else 0)
+        if self.chunk_size == 0:
+            return 0, hi
+        c = self.chunk_size
+        hi = min(hi, (((q1 - 1) // c) + 1) * c)  # the end of the last query's chunk
+        lo = 0 if self.left_chunks < 0 else max(0, (q0 // c - self.left_chunks) * c)
+        return lo, max(lo, hi)
+
+    def block(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        """Bool (B, q1-q0 | 1, k1-k0) mask of queries [q0, q1) against keys [k0, k1); None if all may attend."""
+        keys = torch.arange(k0, k1, device=self.lengths.device)  # (k,)
+        valid = keys[None, :] < self.lengths[:, None]  # (B, k)
+        mask = None if bool(valid.all()) else valid[:, None, :]  # (B, 1, k)
+        if self.chunk_size == 0:
+            return mask
+        c = self.chunk_size
+        # Every query sees every key of the block when the first query's chunk ends after the last
+        # key and the last query's left context starts before the first key: the rule adds nothing.
+        if k1 <= (q0 // c + 1) * c and (self.left_chunks < 0 or k0 >= ((q1 - 1) // c - self.left_chunks) * c):
+            return mask
+        visible = chunk_visibility(torch.arange(q0, q1, device=keys.device), keys, c, self.left_chunks)  # (q, k)
+        return visible[None] if mask is None else visible[None] & mask
+
+
+def chunk_visibility(query_times: torch.Tensor, key_times: torch.Tensor, chunk_size: int,
+                     left_chunks: int) -> torch.Tensor:
+    """(q, k) bool: query time i may see key time j under the chunk rule (chunks aligned at time 0)."""
+    q_chunk, k_chunk = query_times[:, None] // chunk_size, key_times[None, :] // chunk_size
+    visible = k_chunk <= q_chunk
+    if left_chunks >= 0:
+        visible = visible & (k_chunk >= q_chunk - left_chunks)
+    return visible

@@ -30,6 +30,7 @@ from asr.synth.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
 from asr.synth.sentences import SentenceGenerator, sentence_rng
+from asr.synth.passages import PassageRanges, is_passage, read_passage, with_noise_floor
 from asr.synth.neural_tts import NeuralSynthesizer, NeuralVoice, draw_neural_voice
 from asr.synth.pico import PicoSynthesizer, PicoVoice, draw_pico_voice
 from asr.synth.voices import VoiceSetting, check_voices_exist, draw_voice
@@ -41,6 +42,8 @@ SPLITS = ("train", "dev", "test", "long")
 WORKER_MAX_TASKS = 2000
 DURATION_BOUNDS = {"train": (1.0, 10.0), "dev": (1.0, 10.0), "test": (1.0, 10.0), "long": (20.0, 60.0)}
 MAX_ATTEMPTS = 50
+# Of the train utterances of the passage profile, this share are passages (asr.synth.passages).
+PASSAGE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class SynthProfile:
     # (asr.synth.formants.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
     # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
     espeak_formant_scale: tuple[float, float] | None = None
+    # This share of the train utterances are passages: 2-5 sentences by one voice with pauses
+    # (asr.synth.passages); the rest stay single sentences.
+    passages: PassageRanges | None = None
     # This share of the utterances goes through one capture path drawn from ``capture``
     # (asr.synth.capture: resampling with and without anti-aliasing, gain control, noise
     # suppression, telephone, codecs, clipping), after the acoustic conditions: what a browser,
@@ -103,7 +109,7 @@ class SynthProfile:
         """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
         return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
                 and self.pico_share == 0.0 and self.neural_share == 0.0 and self.espeak_formant_scale is None
-                and self.capture is None)
+                and self.capture is None and self.passages is None)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -145,6 +151,9 @@ PROFILES = {
 for _share in (0.3, 0.6):
     PROFILES[f"neural_hibari_capture{round(100 * _share)}"] = dataclasses.replace(
         PROFILES["neural_hibari"], capture=TRAIN_RANGES, capture_share=_share)
+# neural_hibari with PASSAGE_SHARE of the train utterances read as passages (asr.synth.passages)
+PROFILES["neural_hibari_passages"] = dataclasses.replace(PROFILES["neural_hibari"],
+                                                         passages=PassageRanges(share=PASSAGE_SHARE))
 # What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
 # with the token LM its model reads the unseen eSpeak voices at 5.8% WER and flite at 54% (clean: ~100%),
 # for 8 more minutes of synthesis (README, issue 15). SynthConfig itself keeps "clean", the cheap one.
@@ -183,6 +192,7 @@ class UtteranceMeta:
     pitch_span: int = 50
     word_gap: int = 0
     conditions: str | None = None  # Conditions.describe(), or "none", for a train utterance of a non-clean profile
+    passage: bool = False  # several sentences with pauses (asr.synth.passages)
 
 
 # per-process worker state, set once by _init_worker (Pico on first use: most profiles never need it)
@@ -250,12 +260,58 @@ def _pad_with_floor(audio: np.ndarray, rng, profile: SynthProfile, longest_s: fl
     """
     room = max(0.0, longest_s - len(audio) / SAMPLE_RATE) / 2
     lead, trail = (min(rng.uniform(*profile.edge_silence_s), room) for _ in range(2))
-    floor_db = rng.uniform(*profile.noise_floor_db)
-    padded = np.concatenate([np.zeros(int(lead * SAMPLE_RATE)), audio.astype(np.float64),
-                             np.zeros(int(trail * SAMPLE_RATE))])
-    peak = max(float(np.max(np.abs(audio))), 1.0)
-    floor = np.random.default_rng(rng.getrandbits(63)).standard_normal(padded.size) * peak * 10 ** (floor_db / 20)
-    return np.clip(np.round(padded + floor), -32768, 32767).astype(np.int16)
+    padded = np.concatenate([np.zeros(int(lead * SAMPLE_RATE), dtype=np.int16), audio,
+                             np.zeros(int(trail * SAMPLE_RATE), dtype=np.int16)])
+    return with_noise_floor(padded, rng, profile.noise_floor_db)
+
+
+@dataclass
+class Speaker:
+    """One drawn voice of any engine and how it reads a sentence: ``say(text)`` -> (n,) int16 at SAMPLE_RATE.
+
+    ``voice`` is the setting recorded in the manifest. eSpeak's formant scale (when the profile
+    scales formants) is drawn right after the speaker's first sentence is synthesized: the draw
+    order single-sentence corpora were built with, which keeps them reproducible.
+    """
+
+    voice: VoiceSetting
+    engine: str  # "espeak", "pico" or "neural"
+    rng: object
+    engine_voice: object = None  # PicoVoice / NeuralVoice for those engines
+    formant_scale: tuple[float, float] | None = None  # eSpeak only
+    resample_hz: int | None = None
+
+    def say(self, text: str) -> np.ndarray:
+        if self.engine == "pico":
+            return _say_pico(text, self.engine_voice)
+        if self.engine == "neural":
+            return _say_neural(text, self.engine_voice)
+        audio = _say(text, self.voice, self.rng)
+        if self.formant_scale is None:
+            return audio
+        if self.resample_hz is None:
+            self.resample_hz = draw_scale_rate(self.rng, self.formant_scale)
+            self.voice = dataclasses.replace(self.voice, voice=f"{self.voice.voice}@{SAMPLE_RATE / self.resample_hz:.2f}")
+        return scale_frequencies(audio, self.resample_hz)
+
+
+def draw_speaker(rng, split: str, profile: SynthProfile = CLEAN_PROFILE) -> Speaker:
+    """The engine and voice of one utterance (single sentence or passage), drawn from ``rng``.
+
+    The engine is drawn only by profiles with another engine, so the others' draws stay as
+    they were; one uniform picks it: [0, pico) Pico, [pico, pico + neural) neural, else eSpeak.
+    """
+    engine_draw = rng.random() if profile.pico_share > 0 or profile.neural_share > 0 else 1.0
+    if engine_draw < profile.pico_share:
+        pico_voice = draw_pico_voice(rng)
+        voice = VoiceSetting(voice=pico_voice.name, rate=pico_voice.rate, pitch=pico_voice.pitch)
+        return Speaker(voice, "pico", rng, pico_voice)
+    if engine_draw < profile.pico_share + profile.neural_share:
+        neural_voice = draw_neural_voice(rng, profile.neural_hibari_weight)
+        voice = VoiceSetting(voice=neural_voice.name, rate=round(neural_voice.speed * 100), pitch=100)
+        return Speaker(voice, "neural", rng, neural_voice)
+    return Speaker(draw_voice(rng, split, profile.varied_voices), "espeak", rng,
+                   formant_scale=profile.espeak_formant_scale)
 
 
 def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
@@ -266,28 +322,18 @@ def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
     """
     low, high = DURATION_BOUNDS[split]
     text = _GEN(rng)
-    # The engine is drawn only by profiles with another engine, so the others' draws stay as
-    # they were; one uniform picks it: [0, pico) Pico, [pico, pico + neural) neural, else eSpeak.
-    engine_draw = rng.random() if profile.pico_share > 0 or profile.neural_share > 0 else 1.0
-    if engine_draw < profile.pico_share:
-        pico_voice = draw_pico_voice(rng)
-        audio = _say_pico(text, pico_voice)
-        voice = VoiceSetting(voice=pico_voice.name, rate=pico_voice.rate, pitch=pico_voice.pitch)
-    elif engine_draw < profile.pico_share + profile.neural_share:
-        neural_voice = draw_neural_voice(rng, profile.neural_hibari_weight)
-        audio = _say_neural(text, neural_voice)
-        voice = VoiceSetting(voice=neural_voice.name, rate=round(neural_voice.speed * 100), pitch=100)
-    else:
-        voice = draw_voice(rng, split, profile.varied_voices)
-        audio = _say(text, voice, rng)
-        if profile.espeak_formant_scale is not None:
-            resample_hz = draw_scale_rate(rng, profile.espeak_formant_scale)
-            audio = scale_frequencies(audio, resample_hz)
-            voice = dataclasses.replace(voice, voice=f"{voice.voice}@{SAMPLE_RATE / resample_hz:.2f}")
+    speaker = draw_speaker(rng, split, profile)
+    audio = speaker.say(text)
     if not low <= len(audio) / SAMPLE_RATE <= high:
         return None
+    return _finish(audio, rng, split, profile, speaker.voice, text, high)
+
+
+def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, text: str, longest_s: float
+            ) -> tuple[str, object, np.ndarray, str | None]:
+    """The profile's edge silence, acoustic conditions and capture path on a made utterance."""
     if profile.edge_silence_s is not None:
-        audio = _pad_with_floor(audio, rng, profile, high)
+        audio = _pad_with_floor(audio, rng, profile, longest_s)
     described = None
     if profile.conditions is not None:
         audio, described = _with_conditions(audio, rng, split, profile.conditions)
@@ -323,6 +369,17 @@ def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[
     return " ".join(texts), np.concatenate(pieces)
 
 
+def _passage_utterance(rng, split: str, profile: SynthProfile) -> tuple[str, object, np.ndarray, str | None] | None:
+    """A train passage (asr.synth.passages) by one speaker of the profile's engines, then the profile's
+    edge silence and conditions; None when the drawn sentences do not make one."""
+    speaker = draw_speaker(rng, split, profile)
+    passage = read_passage(rng, speaker.say, _GEN, profile.passages)
+    if passage is None:
+        return None
+    text, audio = passage
+    return _finish(audio, rng, split, profile, speaker.voice, text, profile.passages.seconds[1])
+
+
 def _long_utterance(rng, split: str, profile: SynthProfile | None = None
                     ) -> tuple[str, object, np.ndarray, None] | None:
     """Several sentences by one voice joined by short pauses, 20-60 s in all (clean in every profile: evaluation)."""
@@ -337,6 +394,9 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
     seed, split, index, out_dir, profile_name = job
     profile = PROFILES[profile_name].for_split(split)
     make = _long_utterance if split == "long" else _short_utterance
+    passage = profile.passages is not None and is_passage(seed, index, profile.passages.share)
+    if passage:
+        make = _passage_utterance
     for attempt in range(MAX_ATTEMPTS):
         result = make(sentence_rng(seed, split, index, attempt), split, profile)
         if result is not None:
@@ -350,7 +410,7 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
     rel_path = f"audio/{split}/{cut_id}.flac"
     sf.write(Path(out_dir) / rel_path, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
     return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio),
-                         voice.pitch_span, voice.word_gap, conditions)
+                         voice.pitch_span, voice.word_gap, conditions, passage)
 
 
 def to_cut(meta: UtteranceMeta) -> MonoCut:
@@ -366,6 +426,8 @@ def to_cut(meta: UtteranceMeta) -> MonoCut:
     custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
     if meta.conditions is not None:
         custom.update(pitch_span=meta.pitch_span, word_gap=meta.word_gap, conditions=meta.conditions)
+    if meta.passage:
+        custom["passage"] = True
     return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
                    supervisions=[sup], custom=custom)
 
@@ -475,4 +537,7 @@ def summarize_corpus(out_dir: str | Path, seed: int | None = None, profile: str 
             "voices": len({c.custom["voice"] for c in cuts}), "distinct_words": len(words),
             "min_duration": round(min(durations), 3), "max_duration": round(max(durations), 3),
         }
+        passages = [c.duration for c in cuts if c.custom and c.custom.get("passage")]
+        if passages:
+            splits[split].update(passages=len(passages), passage_hours=round(sum(passages) / 3600, 4))
     return {"corpus": "synth", "seed": seed, "profile": profile, "sample_rate": SAMPLE_RATE, "splits": splits}

@@ -9,6 +9,10 @@ builds give identical audio and transcripts whatever the number of workers.
 
 Written to ``<data_dir>/cuts_probe.jsonl.gz`` (audio under ``audio/probe/``); each
 cut's ``custom["probe_seconds"]`` is its target length.
+
+The dev probe set (``voices="dev"``: ``cuts_probe_dev.jsonl.gz``, ``audio/probe_dev/``) is the
+same recipe read by dev voices from another RNG stream: what training choices (the share of
+passages in train, ``asr.synth.passages``) are tuned on, so the probe set stays evaluation only.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ PROBE_PER_LENGTH = 20
 # pass (1 + tolerance) x target; 8 % keeps every probe inside the promised 10 %.
 PROBE_TOLERANCE = 0.08
 PROBE_FILE = "cuts_probe.jsonl.gz"
-# Voices of the test split: unseen in training, so the probe measures length, not voice.
-VOICE_SPLIT = "test"
+DEV_PROBE_FILE = "cuts_probe_dev.jsonl.gz"
+# voices -> (manifest, audio folder, RNG stream prefix). Test voices are unseen in training, so
+# the probe measures length, not voice; dev voices are train's, with sentences of their own.
+PROBE_SETS = {"test": (PROBE_FILE, "probe", "probe"), "dev": (DEV_PROBE_FILE, "probe_dev", "devprobe")}
 
 
 def probe_id(seconds: int, index: int) -> str:
@@ -49,13 +55,14 @@ def probe_target(cut_id: str) -> int:
     return int(match.group(1))
 
 
-def _make_probe(job: tuple[int, int, int, str]) -> tuple[corpus.UtteranceMeta, int]:
+def _make_probe(job: tuple[int, int, int, str, str]) -> tuple[corpus.UtteranceMeta, int]:
     """Pool task: synthesize probe ``index`` of target ``seconds`` and write its FLAC file."""
-    seed, seconds, index, out_dir = job
+    seed, seconds, index, out_dir, voices = job
+    _, audio_dir, stream = PROBE_SETS[voices]
     low, high = seconds * (1 - PROBE_TOLERANCE), seconds * (1 + PROBE_TOLERANCE)
     for attempt in range(corpus.MAX_ATTEMPTS):
-        rng = sentence_rng(seed, f"probe{seconds}", index, attempt)
-        voice = draw_voice(rng, VOICE_SPLIT)
+        rng = sentence_rng(seed, f"{stream}{seconds}", index, attempt)
+        voice = draw_voice(rng, voices)
         passage = corpus.join_sentences(rng, voice, low, high, low)
         if passage is not None:
             break
@@ -63,7 +70,7 @@ def _make_probe(job: tuple[int, int, int, str]) -> tuple[corpus.UtteranceMeta, i
         raise RuntimeError(f"no {seconds} s probe within {PROBE_TOLERANCE:.0%} after {corpus.MAX_ATTEMPTS} tries")
     text, audio = passage
     cut_id = probe_id(seconds, index)
-    rel_path = f"audio/probe/{cut_id}.flac"
+    rel_path = f"audio/{audio_dir}/{cut_id}.flac"
     sf.write(Path(out_dir) / rel_path, audio, corpus.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
     meta = corpus.UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio))
     return meta, seconds
@@ -75,26 +82,31 @@ def build_probe_set(
     lengths: Sequence[int] = PROBE_LENGTHS,
     per_length: int = PROBE_PER_LENGTH,
     workers: int = 2,
+    voices: str = "test",
 ) -> CutSet:
     """Synthesize ``per_length`` probes at each target length (seconds) into ``out_dir``.
 
-    Returns the probe cuts (also written to ``<out_dir>/cuts_probe.jsonl.gz``), ordered by
-    target length, then index.
+    ``voices``: "test" (the probe set) or "dev" (the dev probe set, for tuning).
+    Returns the probe cuts (also written to ``<out_dir>/cuts_probe.jsonl.gz``, or
+    ``cuts_probe_dev.jsonl.gz`` for dev), ordered by target length, then index.
     """
+    if voices not in PROBE_SETS:
+        raise ValueError(f"probe voices must be one of {sorted(PROBE_SETS)}, got {voices!r}")
+    manifest, audio_dir, _ = PROBE_SETS[voices]
     if per_length < 1:
         raise ValueError(f"per_length ({per_length}) must be >= 1")
     if not lengths or any(s <= 0 for s in lengths):
         raise ValueError(f"lengths ({list(lengths)}) must be positive seconds")
     out = Path(out_dir)
-    (out / "audio" / "probe").mkdir(parents=True, exist_ok=True)
+    (out / "audio" / audio_dir).mkdir(parents=True, exist_ok=True)
     # Longest first: the pool's tail is then made of short jobs.
-    jobs = [(seed, int(s), i, str(out)) for s in sorted(lengths, reverse=True) for i in range(per_length)]
+    jobs = [(seed, int(s), i, str(out), voices) for s in sorted(lengths, reverse=True) for i in range(per_length)]
     pool = corpus.start_pool(workers)
     results = []
     try:
         mapper = pool.imap_unordered if pool is not None else map
-        total = sum(s for _, s, _, _ in jobs)
-        with tqdm(total=total, unit="s", desc="synth probes") as bar:
+        total = sum(job[1] for job in jobs)
+        with tqdm(total=total, unit="s", desc=f"synth {voices} probes") as bar:
             for meta, seconds in mapper(_make_probe, jobs):
                 results.append((seconds, meta))
                 bar.update(seconds)
@@ -108,5 +120,5 @@ def build_probe_set(
         cut.custom["probe_seconds"] = seconds
         cuts.append(cut)
     cutset = CutSet.from_cuts(cuts)
-    write_cuts(cutset, out / PROBE_FILE)
+    write_cuts(cutset, out / manifest)
     return cutset

@@ -46,3 +46,19 @@ def test_row_block_triangle_sums_equal_masked_sums(block, c, kk):
     for offset in range(-kk - 2, kk + 3):
         torch.testing.assert_close(_lower_sums(x, offset, block), (x * (b <= a + offset)).sum(-1))
         torch.testing.assert_close(_upper_sums(x, offset, block), (x * (b >= a + offset)).sum(-1))
+
+
+@pytest.mark.parametrize("c,kk,k", [(4, 6, 2), (8, 8, 3), (5, 12, 0), (3, 3, 5), (16, 16, 16)])
+def test_band_maps_at_any_offset_equal_the_index_definitions(c, kk, k):
+    """Block pairs of the blocked attention: the queries' first time minus the keys' first time (M)
+    may be anything, from far behind the key block to far after it."""
+    gen = torch.Generator().manual_seed(c + kk + k)
+    x = torch.randn(2, c, kk, generator=gen, dtype=torch.float64)
+    table = torch.randn(2, c, 2 * k + 1, generator=gen, dtype=torch.float64)
+    for offset in range(-c - kk - k - 2, kk + c + k + 3):
+        index = clipped_distance_index(c, kk, k, x.device, offset)
+        a, b = torch.arange(c)[:, None], torch.arange(kk)[None, :]
+        assert torch.equal(index, (b - a - offset).clamp(-k, k) + k)
+        expected = x.new_zeros(2, c, 2 * k + 1).scatter_add_(-1, index.expand(2, c, kk), x)
+        torch.testing.assert_close(band_sums(x, k, offset), expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(band_expand(table, kk, offset), table.gather(-1, index.expand(2, c, kk)))

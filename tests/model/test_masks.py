@@ -58,3 +58,28 @@ def test_attention_mask_combines_chunks_and_padding():
 def test_bad_chunk_args_raise(chunk_size, left_chunks):
     with pytest.raises(ValueError, match=str(min(chunk_size, left_chunks))):
         chunk_mask(5, chunk_size, left_chunks)
+
+
+@pytest.mark.parametrize("chunk, left", [(0, -1), (1, 0), (3, 1), (4, -1), (5, 2)])
+def test_chunk_mask_blocks_and_key_spans_agree_with_the_dense_mask(chunk, left):
+    from asr.model.masks import ChunkMask
+
+    lengths = torch.tensor([23, 17, 0])
+    mask = ChunkMask(lengths, 23, chunk, left)
+    dense = mask.dense()
+    assert torch.equal(dense, attention_mask(lengths, 23, chunk, left))
+    full = dense.expand(3, 23, 23)
+    for q0, q1 in [(0, 1), (0, 5), (4, 11), (10, 23), (22, 23)]:
+        lo, hi = mask.key_span(q0, q1)
+        visible = full[:, q0:q1].any(0).any(0).nonzero().flatten()
+        if visible.numel():
+            assert lo <= int(visible.min()) and int(visible.max()) < hi  # no visible key outside the span
+        for k0, k1 in [(0, 23), (2, 9), (lo, hi), (15, 23)]:
+            if k1 <= k0:
+                continue
+            block = mask.block(q0, q1, k0, k1)
+            want = full[:, q0:q1, k0:k1]
+            if block is None:
+                assert bool(want.all())
+            else:
+                assert torch.equal(block.expand_as(want), want)

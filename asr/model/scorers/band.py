@@ -2,6 +2,8 @@
 
 Axis legend: C queries, K keys, M = K - C (query a sits at time M + a, key b at
 time b), k = max_distance, N = 2k + 1 buckets, bucket(a, b) = clip(b - M - a, -k, k) + k.
+The blocked attention (``asr.model.scorers.blocked``) passes any ``offset`` for M: a block
+pair's first query may sit before, inside or after its key block.
 
 * ``band_expand``: (..., C, N) table -> (..., C, K) with out[a, b] = table[a, bucket(a, b)];
 * ``band_sums``: (..., C, K) -> (..., C, N), the sum of each row's entries per bucket
@@ -23,17 +25,18 @@ import torch
 from torch import Tensor
 
 
-def clipped_distance_index(queries: int, keys: int, max_distance: int, device: torch.device) -> Tensor:
+def clipped_distance_index(queries: int, keys: int, max_distance: int, device: torch.device,
+                           offset: int | None = None) -> Tensor:
     """Bucket of each (query, key) pair for Shaw / rel_bias tables.
 
-    Query a sits at local time M + a (M = K - C), key b at time b; the bucket is
-    clip(b - (M + a), -k, k) + k, in [0, 2k].
+    Query a sits at local time M + a (M = ``offset``, by default K - C), key b at time b;
+    the bucket is clip(b - (M + a), -k, k) + k, in [0, 2k].
 
     Returns:
         (C, K) int64.
     """
-    first_query = keys - queries
-    query_time = torch.arange(first_query, keys, device=device)[:, None]  # (C, 1)
+    first_query = keys - queries if offset is None else offset
+    query_time = torch.arange(first_query, first_query + queries, device=device)[:, None]  # (C, 1)
     key_time = torch.arange(keys, device=device)[None, :]  # (1, K)
     return (key_time - query_time).clamp_(-max_distance, max_distance).add_(max_distance)
 
@@ -75,14 +78,20 @@ def _upper_sums(x: Tensor, offset: int, block: int = 64) -> Tensor:
     return out
 
 
-def band_sums(x: Tensor, max_distance: int) -> Tensor:
-    """(..., C, K) -> (..., C, 2k+1): per row, the sum of x over the keys of each bucket."""
+def band_sums(x: Tensor, max_distance: int, offset: int | None = None) -> Tensor:
+    """(..., C, K) -> (..., C, 2k+1): per row, the sum of x over the keys of each bucket.
+
+    ``offset``: M, the time of query 0 minus the time of key 0 (default K - C).
+    """
     c, kk = x.shape[-2:]
     k = max_distance
-    m = kk - c
+    m = kk - c if offset is None else offset
     out = x.new_zeros(*x.shape[:-2], c, 2 * k + 1)
     if k == 0:
         out[..., 0] = x.sum(-1)
+        return out
+    if m - k >= kk - 1 or m + k <= 1 - c:  # every key is k or more behind (ahead of) every query
+        out[..., 0 if m - k >= kk - 1 else 2 * k] = x.sum(-1)
         return out
     out[..., 0] = _lower_sums(x, m - k)  # b <= M + a - k
     out[..., 2 * k] = _upper_sums(x, m + k)  # b >= M + a + k
@@ -93,12 +102,13 @@ def band_sums(x: Tensor, max_distance: int) -> Tensor:
         x = x.contiguous()
     if hi > lo:
         out[..., lo:hi, 1:2 * k] = _windows(x, lo, hi - lo, m - k + 1, 2 * k - 1)
-    # The few rows near the ends whose window leaves the row: zero-pad those rows by k
-    # on both sides (a small copy), then the same view works.
-    for r0, r1 in ((0, min(lo, c)), (max(hi, lo), c)):
+    # The rows whose window leaves the row but meets it (near the ends; any row of a block pair
+    # far off the diagonal): zero-pad those rows by 2k on both sides (a small copy), then the
+    # same view works.
+    for r0, r1 in ((max(0, 1 - m - k), min(lo, c)), (max(hi, lo), min(c, kk + k - m - 1))):
         if r1 > r0:
-            padded = torch.nn.functional.pad(x[..., r0:r1, :], (k, k))  # (..., rows, K + 2k)
-            out[..., r0:r1, 1:2 * k] = _windows(padded, 0, r1 - r0, r0 + m + 1, 2 * k - 1)
+            padded = torch.nn.functional.pad(x[..., r0:r1, :], (2 * k, 2 * k))  # (..., rows, K + 4k)
+            out[..., r0:r1, 1:2 * k] = _windows(padded, 0, r1 - r0, r0 + m + k + 1, 2 * k - 1)
     return out
 
 
@@ -112,14 +122,15 @@ def _windows(x: Tensor, first_row: int, rows: int, start: int, width: int) -> Te
     )
 
 
-def band_expand(table: Tensor, keys: int) -> Tensor:
+def band_expand(table: Tensor, keys: int, offset: int | None = None) -> Tensor:
     """(..., C, 2k+1) -> a fresh contiguous (..., C, K) with out[a, b] = table[a, bucket(a, b)].
 
     A gather over the bucket index: measured as fast as filling edges and band
     separately (1.5 ms at B*H = 32, C = K = 256); only its adjoint needed a rewrite.
+    ``offset``: M as in :func:`band_sums`.
     """
     c, buckets = table.shape[-2:]
-    index = clipped_distance_index(c, keys, (buckets - 1) // 2, table.device)  # (C, K)
+    index = clipped_distance_index(c, keys, (buckets - 1) // 2, table.device, offset)  # (C, K)
     return table.gather(-1, index.expand(*table.shape[:-1], keys))
 
 

@@ -8,12 +8,13 @@ M + a, key b at local time b.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asr.model.masks import ChunkMask
 from asr.model.scorers.attend import attend
 
 
@@ -30,8 +31,26 @@ def check_max_distance(scheme: str, max_distance: int) -> None:
         raise ValueError(f"{scheme} max_distance ({max_distance}) must be >= 0.")
 
 
+def check_mask(mask: Union[None, Tensor, ChunkMask], batch: int, queries: int, keys: int) -> None:
+    """A bool (B, C, K) / (B, 1, K) mask, or a :class:`ChunkMask` of B rows over K = C frames, or None."""
+    if mask is None:
+        return
+    if isinstance(mask, ChunkMask):
+        if mask.batch != batch or mask.size != keys or queries != keys:
+            raise ValueError(f"ChunkMask of B={mask.batch}, T'={mask.size} does not fit (B, C, K) = "
+                             f"({batch}, {queries}, {keys}) (it describes self-attention, C = K = T').")
+        return
+    if mask.dtype != torch.bool:
+        raise ValueError(f"attention mask must be bool (True = may attend), got {mask.dtype}.")
+    if mask.dim() != 3 or mask.size(0) != batch or mask.size(1) not in (1, queries) or mask.size(2) != keys:
+        raise ValueError(
+            f"attention mask shape {tuple(mask.shape)} does not match (B, C, K) = "
+            f"({batch}, {queries}, {keys}) or (B, 1, K)."
+        )
+
+
 def prepare_mask(
-    mask: Optional[Tensor], batch: int, queries: int, keys: int
+    mask: Union[None, Tensor, ChunkMask], batch: int, queries: int, keys: int
 ) -> tuple[Optional[Tensor], Optional[Tensor]]:
     """Validate a bool attention mask and make rows without any allowed key safe.
 
@@ -41,19 +60,16 @@ def prepare_mask(
     multiplying the scorer output with ``row_valid``.
 
     Args:
-        mask: None, or bool (B, C, K) / (B, 1, K), True = may attend.
+        mask: None, bool (B, C, K) / (B, 1, K), True = may attend, or a :class:`ChunkMask`
+            (made dense here: the explicit paths need the tensor).
     Returns:
         (mask4 (B, 1, C|1, K) bool or None, row_valid (B, 1, C|1, 1) bool or None).
     """
+    check_mask(mask, batch, queries, keys)
     if mask is None:
         return None, None
-    if mask.dtype != torch.bool:
-        raise ValueError(f"attention mask must be bool (True = may attend), got {mask.dtype}.")
-    if mask.dim() != 3 or mask.size(0) != batch or mask.size(1) not in (1, queries) or mask.size(2) != keys:
-        raise ValueError(
-            f"attention mask shape {tuple(mask.shape)} does not match (B, C, K) = "
-            f"({batch}, {queries}, {keys}) or (B, 1, K)."
-        )
+    if isinstance(mask, ChunkMask):
+        mask = mask.dense()
     row_valid = mask.any(dim=-1, keepdim=True)  # (B, C|1, 1)
     mask = mask | ~row_valid
     return mask.unsqueeze(1), row_valid.unsqueeze(1)  # (B,1,C|1,K), (B,1,C|1,1)
@@ -92,6 +108,10 @@ class AttentionScorer(nn.Module):
 
     # Queries are the last C of the K keys (K >= C); checked by ``check_qkv``.
     queries_last = True
+    # Builds (B, H, C, K) logits itself (not SDPA's fused kernel), and has the exact blocked
+    # path of asr.model.scorers.blocked for long calls: what the decoding memory guard assumes.
+    explicit_logits = True
+    has_blocked_path = False
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -139,6 +159,7 @@ class PlainScorer(AttentionScorer):
     """
 
     queries_last = False
+    explicit_logits = False
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v, self.queries_last)

@@ -9,12 +9,14 @@ import torch
 from torch import Tensor, nn
 
 from asr.model.scorers.band import clipped_distance_index
-from asr.model.scorers.base import ClippedDistanceScorer
+from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
+from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, needs_grad, use_blocked
 
 
 class RelBiasScorer(ClippedDistanceScorer):
     """Relative-bias scorer for one layer: ``rel_bias`` table (H, 2k+1), k = max_distance."""
 
+    has_blocked_path = True
     scheme = "rel_bias"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
@@ -30,3 +32,10 @@ class RelBiasScorer(ClippedDistanceScorer):
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
         return logits.add_(self.bias(q.size(2), k.size(2)))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        b, _, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_bias)):
+            return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias),
+                                     dropout=self.dropout if self.training else 0.0)
+        return super().forward(q, k, v, mask)

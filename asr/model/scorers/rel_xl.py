@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask
+from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.sinusoid import sinusoid_table
 
 
@@ -150,6 +151,8 @@ class RelXLScorer(AttentionScorer):
             is one block.
     """
 
+    has_blocked_path = True
+
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, query_block: int = 64) -> None:
         super().__init__(num_heads, head_dim, dropout)
         if query_block <= 0:
@@ -203,8 +206,15 @@ class RelXLScorer(AttentionScorer):
         logits, pad = self._blocked_logits(q, k)
         return logits[:, :, pad:]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.pos_bias_u)):
+            # One scaled copy of q serves both terms (u and v are added per block): one (B, H, C, Dh)
+            # tensor kept for backward instead of q + u and q + v.
+            q_s = (q * self.scale).contiguous()  # (B, H, C, Dh)
+            term = RelXLTerm(q_s, self.pos_bias_v * self.scale, self.position_keys(c, kk, q))
+            return blocked_attention(q_s, k, v, mask, term, dropout=self.dropout if self.training else 0.0,
+                                     q_bias=self.pos_bias_u * self.scale)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits, pad = self._blocked_logits(q, k)  # (B, H, pad + C, K)
         if mask4 is not None and pad and mask4.size(2) > 1:

@@ -23,11 +23,13 @@ from torch import Tensor, nn
 from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.band import BandExpand
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
+from asr.model.scorers.blocked import Mask, ShawTerm, blocked_attention, needs_grad, use_blocked
 
 
 class ShawScorer(ClippedDistanceScorer):
     """Shaw scorer for one layer: ``rel_k``, ``rel_v`` tables (2k+1, Dh), k = max_distance."""
 
+    has_blocked_path = True
     scheme = "shaw"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, max_distance: int = 16) -> None:
@@ -51,8 +53,13 @@ class ShawScorer(ClippedDistanceScorer):
         """Scaled unmasked logits (B, H, C, K), the same numbers ``forward`` uses."""
         return self._logits(q, k).view(q.size(0), q.size(1), q.size(2), k.size(2))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_k)):
+            q_s = q * self.scale
+            rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)
+            return blocked_attention(q_s, k, v, mask, ShawTerm(rel), rel_v=self.rel_v,
+                                     dropout=self.dropout if self.training else 0.0)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits = self._logits(q, k)  # (B*H, C, K)
         if mask4 is not None:

@@ -1,0 +1,124 @@
+"""Long-form decoding benchmark parts: files of joined sentences, and a guarded, measured subprocess.
+
+* :func:`build_long_file`: the sentences of a split (manifest order, cycling when the split is
+  shorter) joined by 0.3 s pauses into one file of at least N minutes, with its transcript as
+  a one-cut manifest: what a user with a podcast brings (the issue 39 test file).
+* :func:`run_guarded`: a command in a subprocess whose resident memory is polled and which is
+  killed past a limit (and given an address-space limit as a backstop), so a benchmark of a
+  path that would take 24 GB cannot take the shared machine down; returns wall time, peak
+  RSS (the child's ``ru_maxrss``) and whether it was stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from asr.data.audio import cut_waveform
+from asr.data.dataset import cut_text
+from asr.data.features import SAMPLE_RATE
+from asr.data.importers import make_cut, make_recording
+from asr.data.manifest import read_cuts, write_cuts
+
+PAUSE_S = 0.3
+
+
+def long_file_name(minutes: float) -> str:
+    return f"longform_{minutes:g}min"
+
+
+def build_long_file(cuts_path: str | Path, data_dir: str | Path, out_dir: str | Path, minutes: float,
+                    pause_s: float = PAUSE_S) -> Path:
+    """Write ``<out_dir>/longform_<m>min.flac`` and ``cuts_longform_<m>min.jsonl.gz`` (reused when present).
+
+    Returns the manifest path. The audio holds whole sentences until it reaches ``minutes``.
+    """
+    out = Path(out_dir)
+    name = long_file_name(minutes)
+    manifest = out / f"cuts_{name}.jsonl.gz"
+    if manifest.is_file():
+        return manifest
+    out.mkdir(parents=True, exist_ok=True)
+    source = list(read_cuts(cuts_path, data_dir))
+    if not source:
+        raise ValueError(f"{cuts_path} has no cuts to join")
+    pause = np.zeros(int(pause_s * SAMPLE_RATE), dtype=np.int16)
+    pieces, texts, samples, i = [], [], 0, 0
+    while samples < minutes * 60 * SAMPLE_RATE:
+        cut = source[i % len(source)]
+        audio = np.round(cut_waveform(cut).numpy() * 32768.0).clip(-32768, 32767).astype(np.int16)
+        if pieces:
+            pieces.append(pause)
+            samples += pause.size
+        pieces.append(audio)
+        texts.append(cut_text(cut))
+        samples += audio.size
+        i += 1
+    audio_path = out / f"{name}.flac"
+    sf.write(audio_path, np.concatenate(pieces), SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+    recording = make_recording(name, audio_path)
+    write_cuts([make_cut(name, recording, " ".join(texts))], manifest)
+    return manifest
+
+
+@dataclass
+class GuardedRun:
+    returncode: int
+    seconds: float
+    peak_rss_bytes: int
+    stopped: str | None  # why it was stopped ("rss > 8.0 GiB after 36 s"), None if it ended by itself
+    output: str
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_guarded(cmd: list[str], cwd: str | Path, env: dict | None, rss_limit: int,
+                address_limit: int | None = None, timeout_s: float | None = None, poll_s: float = 0.05) -> GuardedRun:
+    """Run ``cmd``; kill it when its resident memory passes ``rss_limit`` bytes (or it runs past ``timeout_s``).
+
+    ``address_limit``: RLIMIT_AS for the child (allocations past it fail inside the child
+    instead of growing further); None leaves it unset. The RSS is polled every ``poll_s``.
+    """
+    def limit():
+        if address_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_limit, address_limit))
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=limit)
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(proc.stdout), daemon=True)
+    reader.start()
+    stopped = None
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # reaped here: its rusage is the child's own
+        if pid != 0:
+            break
+        rss = _rss_bytes(proc.pid)
+        elapsed = time.perf_counter() - started
+        if stopped is None and (rss > rss_limit or (timeout_s is not None and elapsed > timeout_s)):
+            stopped = (f"rss {rss / 2**30:.1f} GiB > {rss_limit / 2**30:.1f} GiB after {elapsed:.0f} s"
+                       if rss > rss_limit else f"timeout after {elapsed:.0f} s")
+            proc.kill()
+        time.sleep(poll_s)
+    seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    reader.join(timeout=5)
+    return GuardedRun(proc.returncode, seconds, usage.ru_maxrss * 1024, stopped, "".join(chunks))

@@ -1,0 +1,95 @@
+"""Decode long files at full context and chunk by chunk: time and peak RSS per length.
+
+Usage:
+    python scripts/bench_long_form.py --checkpoint exp/quickstart_rel_xl/checkpoints/avg3.ckpt
+    python scripts/bench_long_form.py --checkpoint CKPT --minutes 5 20 --settings full chunk16_left4
+    python scripts/bench_long_form.py --checkpoint CKPT --repo /path/to/older/checkout   # "before" figures
+
+Each file is the test split's sentences (manifest order, repeated when the split is shorter)
+joined by 0.3 s pauses, made once under --work-dir (asr.bench.long_form.build_long_file). Every
+(length, setting) runs scripts/decode.py of --repo (default: this checkout; its own asr package)
+in a fresh subprocess with greedy CTC, whose resident memory is polled: past --rss-limit (default
+8G) it is killed and reported as stopped, so no setting can take the machine down. Printed per
+run: status, wall seconds (model loading included), decode seconds and RTF from the decode's
+summary, the child's peak RSS (ru_maxrss) and the WER over the whole file.
+
+Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr.bench.long_form import build_long_file, long_file_name, run_guarded  # noqa: E402
+from asr.decode.memory import parse_bytes  # noqa: E402
+
+
+def parse_setting(text: str) -> tuple[int, int]:
+    if text == "full":
+        return 0, -1
+    match = re.fullmatch(r"chunk(\d+)_left(-?\d+)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4")
+    return int(match.group(1)), int(match.group(2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--data-dir", default="data/synth", help="corpus whose split is joined (default data/synth)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--minutes", type=float, nargs="+", default=[5, 20, 60])
+    parser.add_argument("--settings", nargs="+", default=["full", "chunk16_left4"])
+    parser.add_argument("--repo", default=str(ROOT), help="checkout whose scripts/decode.py and asr run")
+    parser.add_argument("--work-dir", default="data/longform", help="long files and decode outputs")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rss-limit", default="8G", help="kill a run whose resident memory passes this")
+    parser.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds")
+    parser.add_argument("--tag", default="", help="suffix of the decode output folders (e.g. before)")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    settings = [(name, *parse_setting(name)) for name in args.settings]
+    rss_limit = parse_bytes(args.rss_limit)
+    work = Path(args.work_dir).resolve()
+    env = {**os.environ, "PYTHONPATH": str(Path(args.repo).resolve())}
+    rows = []
+    print(f"{'minutes':>7} {'setting':<15} {'status':<34} {'wall s':>7} {'decode s':>8} {'RTF':>6} "
+          f"{'peak RSS GiB':>12} {'WER %':>6}  (load average {os.getloadavg()[0]:.1f}, repo {args.repo})", flush=True)
+    for minutes in args.minutes:
+        cuts = build_long_file(Path(args.data_dir) / f"cuts_{args.split}.jsonl.gz", args.data_dir, work, minutes)
+        for name, chunk, left in settings:
+            out_dir = work / f"{long_file_name(minutes)}_{name}{'_' + args.tag if args.tag else ''}"
+            cmd = [sys.executable, "scripts/decode.py", "--checkpoint", str(Path(args.checkpoint).resolve()),
+                   "--cuts", str(cuts), "--data-dir", str(work), "--modes", "ctc_greedy",
+                   "--chunk-size", str(chunk), "--left-chunks", str(left), "--batch-seconds", "1000000",
+                   "--threads", str(args.threads), "--out-dir", str(out_dir)]
+            (out_dir / "summary.json").unlink(missing_ok=True)
+            run = run_guarded(cmd, args.repo, env, rss_limit, timeout_s=args.timeout)
+            summary_file = out_dir / "summary.json"
+            result = json.loads(summary_file.read_text())["modes"]["ctc_greedy"] if summary_file.is_file() else None
+            status = run.stopped or ("ok" if run.returncode == 0 and result else f"failed ({run.returncode})")
+            row = {"minutes": minutes, "setting": name, "status": status, "wall_s": run.seconds,
+                   "peak_rss_gib": run.peak_rss_bytes / 2**30, "load": os.getloadavg()[0],
+                   "decode_s": result["decode_seconds"] if result else None,
+                   "rtf": result["rtf"] if result else None, "wer": result["wer"] if result else None}
+            rows.append(row)
+            print(f"{minutes:>7g} {name:<15} {status:<34.34} {run.seconds:>7.0f} "
+                  f"{row['decode_s'] if result else float('nan'):>8.1f} {row['rtf'] if result else float('nan'):>6.3f} "
+                  f"{row['peak_rss_gib']:>12.2f} {100 * row['wer'] if result else float('nan'):>6.1f}", flush=True)
+            if status.startswith("failed"):
+                print("\n".join(run.output.strip().splitlines()[-5:]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
