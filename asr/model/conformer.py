@@ -137,6 +137,7 @@ class ConformerBlock(nn.Module):
         pad_mask: torch.Tensor | None = None,
         attn_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         conv_cache: torch.Tensor | None = None,
+        start_time: int | torch.Tensor = 0,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
         """Run the block on C query frames.
 
@@ -146,12 +147,14 @@ class ConformerBlock(nn.Module):
             pad_mask: (B, C) bool valid frames (for the conv module) or None.
             attn_cache: (k, v), each (B, H, M, Dh), of the M frames before x, or None.
             conv_cache: (B, D, kernel-1) or None, see :class:`ConvModule`.
+            start_time: absolute time of x's first frame (int or (B,) tensor), for
+                position schemes whose attention reads absolute key times (wenet_rel).
         Returns:
             out (B, C, D); (k, v) each (B, H, K, Dh) = cache + this call's frames
             (the caller trims it to its left-context budget); new conv cache.
         """
         x = x + 0.5 * self.dropout(self.ff_in(self.norm_ff_in(x)))
-        a, kv = self.attn(self.norm_attn(x), mask, attn_cache)
+        a, kv = self.attn(self.norm_attn(x), mask, attn_cache, start_time)
         x = x + self.dropout(a)
         c, conv_cache = self.conv(self.norm_conv(x), pad_mask, conv_cache)
         x = x + self.dropout(c)

@@ -169,8 +169,16 @@ class ConformerEncoder(nn.Module):
 
     # ---- streaming -------------------------------------------------------------
 
-    def init_state(self, batch_size: int, chunk_size: int, left_chunks: int = -1) -> StreamState:
-        """Fresh state for ``batch_size`` lock-step streams (see ``asr.streaming.state``)."""
+    def init_state(self, batch_size: int, chunk_size: int, left_chunks: int = -1, start_time: int = 0) -> StreamState:
+        """Fresh state for ``batch_size`` lock-step streams (see ``asr.streaming.state``).
+
+        ``start_time``: absolute encoder time of the stream's first frame (default 0). A
+        later clock is a stream that has already run that long (the ablation's translation
+        probe): relative schemes give the same output at any clock once the left context is
+        bounded; absolute ones (and wenet_rel) read their tables there.
+        """
+        if start_time < 0:
+            raise ValueError(f"start_time ({start_time}) must be >= 0.")
         if not self.causal:
             raise ValueError("streaming needs a causal conv module; this encoder was built with causal=False.")
         check_chunk_args(chunk_size, left_chunks)
@@ -179,7 +187,8 @@ class ConformerEncoder(nn.Module):
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1.")
         layers = [LayerCache() for _ in self.blocks]
-        return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers)
+        return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers,
+                           time=start_time)
 
     @torch.no_grad()
     def stream_step(
@@ -242,13 +251,15 @@ class ConformerEncoder(nn.Module):
         """Run one chunk (B, c, D), c <= C, at each row's absolute time through all blocks."""
         if state.row_times is None:
             x = self.scheme.embed_input(x, state.time)
+            start_time: int | torch.Tensor = state.time
         else:  # rows at different stream times (stacked streams): absolute tables differ per row
             x = torch.cat([self.scheme.embed_input(x[b : b + 1], t) for b, t in enumerate(state.row_times)])
+            start_time = torch.tensor(state.row_times, device=x.device)  # (B,)
         x = self.dropout(x)
         mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv)
+            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time)
             cache.store_attention(kv, state.cache_budget)
         state.advance_rows(x.size(1))
         return self.norm(x)
