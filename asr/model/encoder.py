@@ -49,6 +49,10 @@ class ConformerEncoder(nn.Module):
         xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
         online_cmn_frames: > 0: normalize each utterance by its running mean, the global mean
             counting as this many frames (see :class:`OnlineCmn`); 0: global CMVN alone.
+        conv_norm: the conv module's norm, ``layer_norm`` or ``none`` (see
+            :class:`~asr.model.conformer.ConvModule`).
+        conv_causal_pad: where a causal conv module's left context lives, ``depthwise``
+            or ``input`` (Wenet's); see :class:`~asr.model.conformer.ConvModule`.
         **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
     """
 
@@ -67,6 +71,8 @@ class ConformerEncoder(nn.Module):
         dropout: float = 0.0,
         xscale: bool = True,
         online_cmn_frames: float = 0.0,
+        conv_norm: str = "layer_norm",
+        conv_causal_pad: str = "depthwise",
         **scheme_options,
     ) -> None:
         super().__init__()
@@ -84,7 +90,8 @@ class ConformerEncoder(nn.Module):
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
         self.scheme = build_position_scheme(pos_enc, d_model, num_heads, **scheme_options)
         self.blocks = nn.ModuleList(
-            ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout)
+            ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout, conv_norm,
+                           conv_causal_pad)
             for _ in range(num_layers)
         )
         self.dropout = nn.Dropout(dropout)
@@ -272,7 +279,8 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
     causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
-    xscale=True) or a scheme option
+    xscale=True, online_cmn_frames=0.0, conv_norm="layer_norm", conv_causal_pad="depthwise")
+    or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """
     return ConformerEncoder(pos_enc, **kwargs)
