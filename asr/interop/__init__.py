@@ -1,0 +1,1 @@
+"""Other toolkits' models in and out: the Wenet importer (``asr.interop.wenet``)."""
