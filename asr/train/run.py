@@ -4,7 +4,7 @@ This is the plain function behind ``scripts/train.py`` (which only adds ``@hydra
 tests call it with the real configs shrunk. Hydra builds objects only at the seams
 (data module, optimizer partial, trainer, callbacks, loggers); the model is built from
 plain kwargs so a checkpoint can rebuild it without Hydra. The groups the module reads
-(``optim.scheduler``, ``streaming``, ``debug``) reach it as ``asr.train.config`` objects
+(``optim.scheduler``, ``streaming``, ``finetune``, ``debug``) reach it as ``asr.train.config`` objects
 whose fields are the YAML keys.
 """
 
@@ -23,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.data.cmvn import load_cmvn
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
-from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig, from_group
+from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
+from asr.train.init_from import finetune_model_kwargs, load_source_weights, read_source
 from asr.train.module import AsrLightningModule
 
 
@@ -65,15 +66,26 @@ def plain_config(cfg: DictConfig) -> dict:
 
 
 def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
-    """The model (CMVN filled from the data dir) wrapped in the LightningModule."""
+    """The model (CMVN filled from the data dir, or the ``init_from`` checkpoint's weights and
+    CMVN) wrapped in the LightningModule."""
     from asr.model.asr_model import build_asr_model
 
     model_kwargs = model_kwargs_from_config(
         OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.pos_enc, resolve=True),
         tokenizer,
     )
+    finetune = from_group(FinetuneConfig, cfg.get("finetune"))
+    source = read_source(cfg.init_from) if cfg.get("init_from") else None
+    if source is not None and finetune.keep_architecture:
+        model_kwargs = finetune_model_kwargs(source, model_kwargs)
     model = build_asr_model(**model_kwargs)
     model.encoder.set_cmvn(*cmvn_from_data_dir(cfg.data.data_dir))
+    if source is not None:
+        # After the fresh (seeded) initialization: the rows and tensors not taken from the
+        # source keep it, and no random number is drawn here (a resumed run builds the same).
+        report = load_source_weights(model, source, tokenizer)
+        print("\n".join([f"init_from {source.path} (keep_architecture={finetune.keep_architecture})",
+                         *report.lines()]))
     return AsrLightningModule(
         model=model,
         optimizer=instantiate(cfg.optim.optimizer),
@@ -82,6 +94,7 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
         streaming=from_group(StreamingConfig, cfg.streaming),
         seed=cfg.seed,
         debug=from_group(DebugConfig, cfg.get("debug")),
+        finetune=finetune,
         build_info={
             "model_kwargs": model_kwargs,
             "tokenizer_path": str(cfg.data.tokenizer_path),
