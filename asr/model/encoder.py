@@ -144,7 +144,8 @@ class ConformerEncoder(nn.Module):
         return self.subsampling(feats) * self.scale
 
     def forward(
-        self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1
+        self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1,
+        start_time: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode a padded batch, full context or with a chunk mask.
 
@@ -153,6 +154,8 @@ class ConformerEncoder(nn.Module):
             lengths: (B,) valid frames per row.
             chunk_size: C encoder frames per chunk; 0 = full context.
             left_chunks: chunks of left context, -1 = unlimited.
+            start_time: absolute encoder time of the first frame (default 0): what a stream whose
+                clock starts there (``init_state(start_time=...)``) computes, chunk for chunk.
         Returns:
             out (B, T', D) and out_lens (B,) int64; frames past out_lens are padding.
         """
@@ -167,11 +170,11 @@ class ConformerEncoder(nn.Module):
             feats = norm(feats)  # causal: the zero padding after a row never reaches its frames
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
-        x = self.dropout(self.scheme.embed_input(x, 0))
+        x = self.dropout(self.scheme.embed_input(x, start_time))
         mask = attention_mask(out_lens, x.size(1), chunk_size, left_chunks)  # (B, T', T') or (B, 1, T')
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
-            x, _, _ = block(x, mask, pad)
+            x, _, _ = block(x, mask, pad, start_time=start_time)
         return self.norm(x), out_lens
 
     # ---- streaming -------------------------------------------------------------
