@@ -85,7 +85,7 @@ def load_waves(args) -> list:
     return waves
 
 
-def offline_texts(args, waves, model, tokenizer) -> list[str]:
+def offline_texts(args, waves, model, tokenizer, features=None) -> list[str]:
     from asr.lm import fusion_from_args
     from asr.streaming.recognizer import StreamingRecognizer
 
@@ -93,7 +93,7 @@ def offline_texts(args, waves, model, tokenizer) -> list[str]:
     texts = []
     for wave in waves:
         rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
-                                  fusion=fusion)
+                                  fusion=fusion, features=features)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts
@@ -104,26 +104,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
 
-def chunk_end_samples(total: int, chunk_size: int, subsampling) -> list[int]:
-    """Sample counts at which each whole encoder chunk becomes computable."""
-    from asr.data.features import FbankExtractor
+def chunk_end_samples(total: int, chunk_size: int, subsampling, features=None) -> list[int]:
+    """Sample counts at which each whole encoder chunk becomes computable (``features``: the
+    model's ``FeatureConfig``, None: LEGACY)."""
+    from asr.data.features import samples_for_frames
 
-    fb = FbankExtractor()
     ends, k = [], 1
     while True:
         frames = subsampling.window + subsampling.rate * (k * chunk_size - 1)
-        samples = fb.min_samples + (frames - 1) * fb.shift_samples
+        samples = samples_for_frames(features, frames)
         if samples > total:
             return ends
         ends.append(samples)
         k += 1
 
 
-def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int) -> list[float]:
+def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int,
+                    features=None) -> list[float]:
     """Per chunk: first reply after the piece completing it was sent, minus that send time."""
     arrivals = sorted(r.received_at for r in session.replies if r.type in ("partial_result", "final_result"))
     out = []
-    for end in chunk_end_samples(wave_len, chunk_size, subsampling):
+    for end in chunk_end_samples(wave_len, chunk_size, subsampling, features):
         sent = next((t for s, t in session.sent_at if s * sample_rate >= end), None)
         reply = next((a for a in arrivals if sent is not None and a >= sent), None)
         if reply is not None:
@@ -162,11 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     waves = load_waves(args)
     print(f"{len(waves)} test utterances, {sum(w.numel() for w in waves) / SAMPLE_RATE:.1f} s; offline pass ...",
           flush=True)
+    from asr.data.features import FeatureConfig
     from asr.lm import lm_argv
     from asr.train.checkpoint import load_model
 
-    model, tokenizer, _ = load_model(args.checkpoint)
-    reference = offline_texts(args, waves, model, tokenizer)
+    model, tokenizer, cfg = load_model(args.checkpoint)
+    features = FeatureConfig.from_dict(cfg.features)
+    reference = offline_texts(args, waves, model, tokenizer, features)
     subsampling = model.encoder.subsampling
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cores = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
             lat = [x for w, s in zip(chosen, sessions)
-                   for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE)]
+                   for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
             same = sum(s.text == reference[i % len(waves)] for i, s in enumerate(sessions))
             print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
                   f"{same}/{n} |", flush=True)

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from asr.data.features import SAMPLE_RATE
+    from asr.data.features import SAMPLE_RATE, FeatureConfig
     from asr.decode.evaluate import usable_cuts
     from asr.serve.compare import compare_backends, format_table, recognizer_factory
     from asr.train.checkpoint import load_model
@@ -55,9 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     keys = [cut.id for cut, _, _ in usable]
     refs = [text for _, text, _ in usable]
     waves = [audio for _, _, audio in usable]
-    model, tokenizer, _ = load_model(args.checkpoint)
+    model, tokenizer, cfg = load_model(args.checkpoint)
     model.eval()
-    settings = dict(chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, threads=args.threads)
+    settings = dict(chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, threads=args.threads,
+                    features=FeatureConfig.from_dict(cfg.features))
     backends = {"eager": recognizer_factory(model, tokenizer, **settings),
                 "onnx": recognizer_factory(model, tokenizer, onnx_path=str(args.export_dir / "encoder_step.onnx"),
                                            **settings)}

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr.decode import MODES  # noqa: E402
+from asr.data.features import FeatureConfig  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"decode: {err}")
     result = evaluate_utterances(
-        model, tokenizer, load_utterances(cuts, data_dir, args.max_utts), args.modes,
+        model, tokenizer, load_utterances(cuts, data_dir, args.max_utts, FeatureConfig.from_dict(cfg.features)),
+        args.modes,
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
     )

@@ -72,12 +72,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_server(args: argparse.Namespace):
+    from asr.data.features import FeatureConfig
     from asr.serve.endpoint import EndpointConfig
     from asr.serve.recognizer import Recognizer
     from asr.serve.server import AsrServer, ServerConfig
     from asr.train.checkpoint import load_model
 
-    model, tokenizer, _ = load_model(args.checkpoint)
+    model, tokenizer, cfg = load_model(args.checkpoint)
     model.eval()
     chunk_encoder = None
     if args.backend == "onnx":
@@ -92,6 +93,7 @@ def build_server(args: argparse.Namespace):
         model, tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
         ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
         chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
+        features=FeatureConfig.from_dict(cfg.features),
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s)

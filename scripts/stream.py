@@ -118,11 +118,11 @@ def stream_file(recognizer, wave: torch.Tensor, piece_samples: int, out=None) ->
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from asr.data.audio import AudioError, load_audio
-    from asr.data.features import FbankExtractor
+    from asr.data.features import FeatureConfig
     from asr.streaming.recognizer import StreamingRecognizer
 
     try:
-        model, tokenizer, _ = load_checkpoint(args.checkpoint)
+        model, tokenizer, cfg = load_checkpoint(args.checkpoint)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         print(f"error: cannot load checkpoint {args.checkpoint}: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         recognizer = StreamingRecognizer(
             model, tokenizer, args.chunk_size, args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
             reverse_weight=args.reverse_weight,
-            extractor=FbankExtractor(num_mel_bins=model.encoder.cmvn_mean.numel()),
+            features=FeatureConfig.from_dict(cfg.features),
             fusion=fusion_from_args(args, tokenizer),
         )
     except (FileNotFoundError, ValueError) as err:

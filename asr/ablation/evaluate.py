@@ -97,8 +97,9 @@ class EvalConfig:
             raise ValueError(f"translation_utts must be >= 1, got {self.translation_utts}")
 
 
-def load_splits(cfg: EvalConfig, log=print) -> tuple[dict[str, EvalSet], dict[str, dict], dict[str, str]]:
-    """The evaluation sets: ``test`` and ``probe<S>`` per probe length.
+def load_splits(cfg: EvalConfig, log=print, features=None) -> tuple[dict[str, EvalSet], dict[str, dict], dict[str, str]]:
+    """The evaluation sets: ``test`` and ``probe<S>`` per probe length, as ``features`` (the model's
+    ``FeatureConfig``; None: LEGACY) frames.
 
     Returns (sets, eval_data, split_errors): ``eval_data[name]`` says what a manifest
     gave (``cuts``, ``max_utts``, ``utterances``, ``skipped`` by reason, or ``error``);
@@ -110,7 +111,7 @@ def load_splits(cfg: EvalConfig, log=print) -> tuple[dict[str, EvalSet], dict[st
     for name, file, limit in (("test", cfg.test_cuts, cfg.max_utts), ("probe", cfg.probe_cuts, None)):
         eval_data[name] = {"cuts": file, "max_utts": limit}
         try:
-            loaded = load_utterances(Path(cfg.data_dir) / file, cfg.data_dir, limit)
+            loaded = load_utterances(Path(cfg.data_dir) / file, cfg.data_dir, limit, features)
         except Exception as err:  # noqa: BLE001  (a missing split costs its columns only)
             eval_data[name]["error"] = split_errors[name] = last_line(err)
             continue
@@ -191,16 +192,18 @@ def evaluate_checkpoint(
     ``eval_data`` says what each manifest contributed (see :func:`load_splits`). ``out_dir`` receives per-utterance decoding rows (``decode_<metric>.jsonl``).
     Raises only when the checkpoint itself cannot be loaded.
     """
+    from asr.data.features import FeatureConfig
     from asr.train.checkpoint import load_model, read_checkpoint
 
-    model, tokenizer, _ = load_model(ckpt)
+    model, tokenizer, train_cfg = load_model(ckpt)
     model.eval()
     metrics: dict[str, float | None] = {
         "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
         # The steps behind the evaluated weights (a time-budget stop can end past the last save).
         "train_steps": float(read_checkpoint(ckpt)["global_step"]),
     }
-    splits, eval_data, split_errors = load_splits(cfg, log)
+    features = FeatureConfig.from_dict(train_cfg.features)
+    splits, eval_data, split_errors = load_splits(cfg, log, features)
     errors: dict[str, str] = {}
     shifted = splits["test"].utterances[: cfg.translation_utts]
     measurements = [
@@ -209,7 +212,7 @@ def evaluate_checkpoint(
         ).modes[m], len(splits.get(split, EvalSet([])).utterances))
         for key, (mode, split, chunk, left) in WER_SETTINGS.items()
     ] + [
-        (key, "test", lambda s=offset: translation_probe(model, tokenizer, shifted, s), len(shifted))
+        (key, "test", lambda s=offset: translation_probe(model, tokenizer, shifted, s, features=features), len(shifted))
         for key, offset in TRANSLATION_METRICS.items()
     ]
     for key, split, measure, n_utts in measurements:

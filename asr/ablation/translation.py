@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from asr.data.features import FRAME_LENGTH_MS, FRAME_SHIFT_S, FRAME_SHIFT_SAMPLES, SAMPLE_RATE, FbankExtractor
+from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE, FbankExtractor, samples_for_frames
 from asr.decode import ctc_greedy
 from asr.decode.evaluate import ModeResult, Utterance
 from asr.decode.wer import ErrorCounter
@@ -40,16 +40,19 @@ LEAD_IN_DBFS = -70.0
 LEAD_IN_SEED = 0
 
 
-def lead_in_features(frames: int = LEAD_IN_FRAMES, dbfs: float = LEAD_IN_DBFS, seed: int = LEAD_IN_SEED) -> torch.Tensor:
-    """(frames, F) fbank of seeded white noise at ``dbfs`` RMS: a quiet, fixed stretch of "silence".
+def lead_in_features(features=None, frames: int = LEAD_IN_FRAMES, dbfs: float = LEAD_IN_DBFS,
+                     seed: int = LEAD_IN_SEED) -> torch.Tensor:
+    """(frames, F) fbank (the model's ``features`` options; None: LEGACY) of seeded white noise at
+    ``dbfs`` RMS: a quiet, fixed stretch of "silence".
 
     Not digital zeros: their log-mel is the floor log(eps) = -15.9 in every bin, far off any
     speech frame, which a running-mean frontend (online CMN) would drag its mean to.
     """
-    samples = int(SAMPLE_RATE * FRAME_LENGTH_MS / 1000) + (frames - 1) * FRAME_SHIFT_SAMPLES
+    samples = samples_for_frames(features, frames) + SAMPLE_RATE // 10  # spare audio: take the first frames
     noise = torch.randn(samples, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    feats = FbankExtractor()((noise * 10.0 ** (dbfs / 20.0)).float())
-    assert feats.size(0) == frames
+    feats = FbankExtractor(features)((noise * 10.0 ** (dbfs / 20.0)).float())[:frames]
+    if feats.size(0) != frames:
+        raise ValueError(f"the lead-in gave {feats.size(0)} frames, {frames} were asked")
     return feats
 
 
@@ -95,13 +98,14 @@ def shifted_log_probs(
 
 def translation_probe(
     model, tokenizer, utts: Sequence[Utterance], offset_s: float, lead_in: torch.Tensor | None = None,
-    chunk_size: int = CHUNK, left_chunks: int = LEFT,
+    chunk_size: int = CHUNK, left_chunks: int = LEFT, features=None,
 ) -> ModeResult:
     """CTC greedy WER of ``utts`` streamed with the clock at ``offset_s`` seconds (module docstring):
-    per-utterance records and totals, as ``asr.decode.evaluate`` gives for a decoding mode."""
+    per-utterance records and totals, as ``asr.decode.evaluate`` gives for a decoding mode.
+    ``features``: the model's fbank options for the default lead-in (None: LEGACY)."""
     if not utts:
         raise ValueError("no utterances for the translation probe")
-    lead_in = lead_in_features() if lead_in is None else lead_in
+    lead_in = lead_in_features(features) if lead_in is None else lead_in
     period = FRAME_SHIFT_S * model.encoder.subsampling_rate
     start_time = round(offset_s / period)
     log_probs = shifted_log_probs(model, [u.feats for u in utts], start_time, lead_in, chunk_size, left_chunks)

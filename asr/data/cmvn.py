@@ -1,7 +1,9 @@
 """Global CMVN statistics over training feature frames.
 
-Written once into the data folder as {"mean": [F], "istd": [F], "frames": N};
-the model applies them (so exported models carry them), the data module does not.
+Written once into the data folder as {"mean": [F], "istd": [F], "frames": N, "features": {...}},
+"features" being the fbank options they were computed with (``FeatureConfig.to_dict()``; files
+written before it was recorded hold ``LEGACY`` stats). The model applies them (so exported
+models carry them), the data module does not.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from lhotse import CutSet
 from tqdm import tqdm
 
 from asr.data.audio import AudioError, cut_waveform
-from asr.data.features import FbankExtractor
+from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
 
 
 class _FeatureStream(torch.utils.data.IterableDataset):
@@ -67,8 +69,10 @@ def compute_cmvn(
     a few speakers' statistics. ``cuts`` may be lazy: it is streamed (memory does not
     grow with it); ``total``, its number of cuts, spares the counting pass a lazy set
     otherwise needs. Unreadable cuts are skipped and counted in the returned "skipped" entry.
+    ``extractor`` defaults to the training frontend with ``LEGACY`` options; its options are
+    recorded in the returned "features" entry.
     """
-    extractor = extractor or FbankExtractor()
+    extractor = extractor or FbankExtractor(backend=TRAINING_BACKEND)
     if total is None:
         total = sum(1 for _ in cuts) if getattr(cuts, "is_lazy", False) else len(cuts)
     selected = min(total, max_cuts) if max_cuts else total
@@ -92,7 +96,8 @@ def compute_cmvn(
         raise ValueError(f"no feature frames in {seen} cuts ({skipped} unreadable)")
     mean = total_sum / frames
     var = (total_sq / frames - mean * mean).clamp_min(1e-10)
-    return {"mean": mean.tolist(), "istd": var.rsqrt().tolist(), "frames": frames, "skipped": skipped}
+    return {"mean": mean.tolist(), "istd": var.rsqrt().tolist(), "frames": frames, "skipped": skipped,
+            "features": extractor.config.to_dict()}
 
 
 def save_cmvn(stats: dict, path: str | Path) -> Path:
@@ -109,3 +114,8 @@ def load_cmvn(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     if mean.shape != istd.shape or mean.dim() != 1:
         raise ValueError(f"{path}: mean {tuple(mean.shape)} and istd {tuple(istd.shape)} must be equal 1-D")
     return mean, istd
+
+
+def cmvn_features(path: str | Path) -> FeatureConfig:
+    """The fbank options a cmvn.json was computed with (``LEGACY`` when it predates the record)."""
+    return FeatureConfig.from_dict(json.loads(Path(path).read_text()).get("features"))

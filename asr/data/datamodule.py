@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.dataset import AsrDataset, cut_text, new_skip_registry
-from asr.data.features import FbankExtractor
+from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
 from asr.data.manifest import CorpusStats, manifest_stats, read_cuts
 from asr.data.shar import RankShardedShar, shar_stats
@@ -104,6 +104,8 @@ class AsrDataModule(L.LightningDataModule):
         lazy: bool = True,
         shar_dir: str | None = None,
         bucket_buffer_size: int = 20_000,
+        cmvn_file: str = "cmvn.json",
+        features: FeatureConfig | dict | None = None,
         world_size: int | None = None,
         rank: int | None = None,
     ) -> None:
@@ -130,7 +132,11 @@ class AsrDataModule(L.LightningDataModule):
         if not tok.exists() and not tok.is_absolute() and (self.data_dir / tok).exists():
             tok = self.data_dir / tok
         self.tokenizer = load_tokenizer(tok)
-        self.extractor = FbankExtractor()
+        # The run's ``features`` group (train.py passes it; None: LEGACY). CMVN stats must have been
+        # computed with the same options: see asr.train.run.cmvn_for_features.
+        self.features = features if isinstance(features, FeatureConfig) else FeatureConfig.from_dict(features)
+        self.extractor = FbankExtractor(self.features, backend=TRAINING_BACKEND)
+        self.cmvn_path = Path(cmvn_file) if Path(cmvn_file).is_absolute() else self.data_dir / cmvn_file
         self._skipped = new_skip_registry()
         self._eval_cache: dict[str, CutSet] = {}
         self._train_loaders: list[SkipCountingLoader] = []

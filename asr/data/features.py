@@ -1,9 +1,27 @@
-"""80-dim log-mel filterbank features, Kaldi-compatible (torchaudio.compliance.kaldi.fbank).
+"""80-dim log-mel filterbank features (Kaldi's fbank) and the options a model was trained with.
 
-The same extractor serves training, decoding and streaming. Streaming computes
-fbank on a growing audio buffer, so `num_frames` gives the frame count of a
-prefix without computing it: with snip_edges, frame t covers samples
-[t * shift, t * shift + length).
+:class:`FeatureConfig` is the ``features`` config group (``conf/features/``): the frame and
+mel-bank options of Kaldi's fbank. A model's function depends on them, so they are part of
+the model: training stores them in the checkpoint (``hyper_parameters["features"]``) and
+every frontend that feeds the model (training, decoding, streaming, serving, export) builds
+its frames from the checkpoint's own options. Checkpoints written before the options were
+recorded were trained with ``FeatureConfig()`` (:data:`LEGACY`): torchaudio's defaults with
+``snip_edges=True`` and the mel bank up to Nyquist.
+
+:class:`FbankExtractor` computes the frames of a whole utterance. Two implementations of
+Kaldi's fbank exist here: ``kaldi-native-fbank`` (the C++ online fbank that sherpa-onnx runs,
+``backend="knf"``, the default) and torchaudio's ``compliance.kaldi.fbank``
+(``backend="torchaudio"``, the training frontend and the float64 reference of the tests).
+The streaming frontends
+(:mod:`asr.streaming.frontend`) run the same kaldi-native-fbank code piece by piece, so
+online and offline frames are the same numbers. They agree with torchaudio's to ~5e-4
+(float32 FFT rounding; measured by ``scripts/bench_frontend.py``).
+
+Frame timing. A frame is ``frame_length_ms`` of audio every 10 ms (fixed project-wide:
+timestamps and endpointing use :data:`FRAME_SHIFT_S`). With ``snip_edges=True`` frame t covers
+samples ``[t * shift, t * shift + length)`` and only whole windows count; with
+``snip_edges=False`` frame t is centred on ``t * shift + shift / 2``, windows that stick out of
+the audio are mirrored back into it, and n samples give ``(n + shift / 2) // shift`` frames.
 
 This module is the one place that states the audio rate and the frame timing:
 everything that converts samples, frames and seconds imports these constants.
@@ -11,66 +29,276 @@ everything that converts samples, frames and seconds imports these constants.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
 import torch
-import torchaudio.compliance.kaldi as kaldi
 
 SAMPLE_RATE = 16000  # Hz: every waveform is resampled to this rate before features
 FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
 FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
+WINDOW_TYPES = ("povey", "hamming", "hanning", "rectangular", "blackman")
+BACKENDS = ("knf", "torchaudio")
+# Training extracts with torchaudio: a quarter of kaldi-native-fbank's CPU on whole utterances
+# (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader workers that
+# share the cores with the model. Both are within 4e-4 of the float64 frames.
+TRAINING_BACKEND = "torchaudio"
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """``features``: the Kaldi fbank options a model is trained and run with.
+
+    The defaults are :data:`LEGACY`, the options every checkpoint without a record was
+    trained with; ``conf/features/sherpa.yaml`` holds :data:`SHERPA`, sherpa-onnx's.
+
+    Args:
+        num_mel_bins: F, mel bins (the encoder's ``input_dim``).
+        frame_length_ms: window length; frames start every 10 ms.
+        snip_edges: True: only windows that fit in the audio; False: windows centred every
+            10 ms, mirrored at the edges (Kaldi's and sherpa-onnx's online fbank).
+        low_freq: lowest mel-bank frequency, Hz.
+        high_freq: highest mel-bank frequency, Hz; <= 0 is an offset from Nyquist
+            (0: Nyquist, -400: 7600 Hz at 16 kHz).
+        window_type: one of :data:`WINDOW_TYPES`.
+        preemphasis: pre-emphasis coefficient in [0, 1] (0: none).
+        remove_dc_offset: subtract each window's mean before the FFT.
+        dither: Gaussian dither added to the (scaled) samples; 0 is deterministic.
+        sample_scale: samples in [-1, 1] are multiplied by this before the fbank (32768:
+            int16 range, Kaldi's and Wenet's convention; 1: NeMo's).
+    """
+
+    num_mel_bins: int = 80
+    frame_length_ms: float = FRAME_LENGTH_MS
+    snip_edges: bool = True
+    low_freq: float = 20.0
+    high_freq: float = 0.0
+    window_type: str = "povey"
+    preemphasis: float = 0.97
+    remove_dc_offset: bool = True
+    dither: float = 0.0
+    sample_scale: float = 32768.0
+
+    def __post_init__(self) -> None:
+        nyquist = SAMPLE_RATE / 2
+        if self.num_mel_bins < 1:
+            raise ValueError(f"features.num_mel_bins ({self.num_mel_bins}) must be >= 1.")
+        if not FRAME_SHIFT_MS <= self.frame_length_ms <= 100.0:
+            raise ValueError(
+                f"features.frame_length_ms ({self.frame_length_ms}) must be in [{FRAME_SHIFT_MS}, 100] "
+                f"(frames start every {FRAME_SHIFT_MS} ms)."
+            )
+        high = self.high_freq if self.high_freq > 0 else nyquist + self.high_freq
+        if not 0.0 <= self.low_freq < high <= nyquist:
+            raise ValueError(
+                f"features: need 0 <= low_freq ({self.low_freq}) < high_freq ({self.high_freq} -> {high} Hz) "
+                f"<= Nyquist ({nyquist} Hz); high_freq <= 0 is an offset from Nyquist."
+            )
+        if self.window_type not in WINDOW_TYPES:
+            raise ValueError(f"features.window_type {self.window_type!r} is not one of {list(WINDOW_TYPES)}.")
+        if not 0.0 <= self.preemphasis <= 1.0:
+            raise ValueError(f"features.preemphasis ({self.preemphasis}) must be in [0, 1].")
+        if not self.dither >= 0.0:
+            raise ValueError(f"features.dither ({self.dither}) must be >= 0 (0: off).")
+        if not self.sample_scale > 0.0:
+            raise ValueError(f"features.sample_scale ({self.sample_scale}) must be > 0.")
+
+    @property
+    def window_samples(self) -> int:
+        return int(SAMPLE_RATE * self.frame_length_ms / 1000)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (what the checkpoint stores)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> FeatureConfig:
+        """From a mapping or OmegaConf node (None: :data:`LEGACY`); unknown keys are an error naming the valid ones."""
+        values = dict(values or {})
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(valid))
+        if unknown:
+            raise ValueError(f"features: unknown keys {unknown}; valid keys are {valid}.")
+        return cls(**values)
+
+    def differences(self, other: FeatureConfig) -> dict[str, tuple[Any, Any]]:
+        """``{option: (self's value, other's value)}`` for every option that differs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+    def torchaudio_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``torchaudio.compliance.kaldi.fbank`` for these options."""
+        return dict(
+            num_mel_bins=self.num_mel_bins, frame_length=self.frame_length_ms, frame_shift=FRAME_SHIFT_MS,
+            snip_edges=self.snip_edges, low_freq=self.low_freq, high_freq=self.high_freq,
+            window_type=self.window_type, preemphasis_coefficient=self.preemphasis,
+            remove_dc_offset=self.remove_dc_offset, dither=self.dither, energy_floor=0.0,
+            sample_frequency=SAMPLE_RATE,
+        )
+
+    def knf_options(self):
+        """``kaldi_native_fbank.FbankOptions`` for these options (the rest at Kaldi's defaults)."""
+        import kaldi_native_fbank as knf
+
+        opts = knf.FbankOptions()
+        frame = opts.frame_opts
+        frame.samp_freq = SAMPLE_RATE
+        frame.frame_shift_ms = FRAME_SHIFT_MS
+        frame.frame_length_ms = self.frame_length_ms
+        frame.snip_edges = self.snip_edges
+        frame.window_type = self.window_type
+        frame.preemph_coeff = self.preemphasis
+        frame.remove_dc_offset = self.remove_dc_offset
+        frame.dither = self.dither
+        opts.mel_opts.num_bins = self.num_mel_bins
+        opts.mel_opts.low_freq = self.low_freq
+        opts.mel_opts.high_freq = self.high_freq
+        return opts
+
+
+LEGACY = FeatureConfig()
+# sherpa-onnx's FeatureExtractorConfig defaults, with samples left in [-1, 1] as it leaves them for
+# NeMo CTC models, the online format scripts/export.py --format sherpa-onnx writes.
+SHERPA = FeatureConfig(snip_edges=False, high_freq=-400.0, sample_scale=1.0)
+PRESETS = {"legacy": LEGACY, "sherpa": SHERPA}  # conf/features/<name>.yaml
+
+
+def load_feature_config(spec: str) -> FeatureConfig:
+    """A preset name of :data:`PRESETS` or a YAML file of ``FeatureConfig`` keys."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(f"features {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file.")
+    return FeatureConfig.from_dict(yaml.safe_load(path.read_text()))
+
+
+def num_frames(config: FeatureConfig, n_samples: int) -> int:
+    """Frames produced by ``n_samples`` samples (0 below the window length)."""
+    window = config.window_samples
+    if n_samples < window:
+        return 0
+    if config.snip_edges:
+        return 1 + (n_samples - window) // FRAME_SHIFT_SAMPLES
+    return (n_samples + FRAME_SHIFT_SAMPLES // 2) // FRAME_SHIFT_SAMPLES
+
+
+def samples_for_frames(config: FeatureConfig | None, frames: int) -> int:
+    """Samples a stream needs before its first ``frames`` frames are complete (>= 1 frame).
+
+    With ``snip_edges=False`` a frame is complete once its window, centred on
+    ``t * shift + shift / 2``, has ended; at least one window of audio is needed either way.
+    """
+    config = config or LEGACY
+    if frames < 1:
+        raise ValueError(f"frames ({frames}) must be >= 1.")
+    window, shift = config.window_samples, FRAME_SHIFT_SAMPLES
+    if config.snip_edges:
+        return window + (frames - 1) * shift
+    return max(window, (frames - 1) * shift + shift // 2 + window - window // 2)
 
 
 class FbankExtractor:
-    """waveform (n,) float in [-1, 1] at ``SAMPLE_RATE`` -> (T, num_mel_bins) float32 log-mel."""
+    """waveform (n,) float in [-1, 1] at ``SAMPLE_RATE`` -> (T, num_mel_bins) float32 log-mel.
+
+    Args:
+        config: the fbank options (default :data:`LEGACY`).
+        backend: ``"knf"`` (kaldi-native-fbank, the code the streaming frontends and sherpa-onnx
+            run) or ``"torchaudio"`` (``compliance.kaldi.fbank``; float64 in, float64 out).
+    """
 
     sample_rate = SAMPLE_RATE
+    shift_samples = FRAME_SHIFT_SAMPLES
 
-    def __init__(
-        self,
-        num_mel_bins: int = 80,
-        frame_length_ms: float = FRAME_LENGTH_MS,
-        frame_shift_ms: float = FRAME_SHIFT_MS,
-        dither: float = 0.0,
-    ) -> None:
-        if num_mel_bins <= 0:
-            raise ValueError(f"num_mel_bins must be positive, got {num_mel_bins}")
-        if not 0 < frame_shift_ms <= frame_length_ms:
-            raise ValueError(
-                f"need 0 < frame_shift_ms ({frame_shift_ms}) <= frame_length_ms ({frame_length_ms})"
-            )
-        self.num_mel_bins = num_mel_bins
-        self.frame_length_ms = frame_length_ms
-        self.frame_shift_ms = frame_shift_ms
-        self.dither = dither
-        self.window_samples = int(self.sample_rate * frame_length_ms / 1000)
-        self.shift_samples = int(self.sample_rate * frame_shift_ms / 1000)
+    def __init__(self, config: FeatureConfig | None = None, backend: str = "knf") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is not one of {list(BACKENDS)}.")
+        self.config = config or LEGACY
+        self.backend = backend
+        self.num_mel_bins = self.config.num_mel_bins
+        self.window_samples = self.config.window_samples
 
     @property
     def min_samples(self) -> int:
-        """Shortest audio (in samples) that yields at least one frame."""
+        """Shortest audio (in samples) that yields frames: one window (shorter audio gives none)."""
         return self.window_samples
 
     def num_frames(self, n_samples: int) -> int:
-        """Frames produced by `n_samples` samples (0 below `min_samples`)."""
-        if n_samples < self.window_samples:
-            return 0
-        return 1 + (n_samples - self.window_samples) // self.shift_samples
+        """Frames produced by ``n_samples`` samples (0 below ``min_samples``)."""
+        return num_frames(self.config, n_samples)
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
-        """(n,) float waveform -> (T, num_mel_bins) float32, T = num_frames(n)."""
+        """(n,) float waveform -> (T, num_mel_bins), T = num_frames(n); float32 (float64 in and out
+        with the torchaudio backend)."""
         if waveform.dim() != 1:
             raise ValueError(f"expected a 1-D waveform (n,), got shape {tuple(waveform.shape)}")
         if waveform.numel() < self.window_samples:
             return waveform.new_zeros((0, self.num_mel_bins), dtype=torch.float32)
-        # Kaldi conventions (energy floor, log offsets) assume int16-range samples
-        feats = kaldi.fbank(
-            waveform.to(torch.float32).unsqueeze(0) * 32768.0,  # (1, n)
-            num_mel_bins=self.num_mel_bins,
-            frame_length=self.frame_length_ms,
-            frame_shift=self.frame_shift_ms,
-            dither=self.dither,
-            energy_floor=0.0,
-            sample_frequency=self.sample_rate,
-        )
-        return feats  # (T, num_mel_bins)
+        if self.backend == "torchaudio":
+            import torchaudio.compliance.kaldi as kaldi
+
+            dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
+            scaled = waveform.to(dtype).unsqueeze(0) * self.config.sample_scale  # (1, n)
+            return kaldi.fbank(scaled, **self.config.torchaudio_kwargs())  # (T, F)
+        stream = FbankStream(self.config)
+        head = stream.accept(waveform)
+        return torch.cat([head, stream.finish()]) if head.numel() else stream.finish()
+
+
+class FbankStream:
+    """Frames of one audio stream fed piece by piece: kaldi-native-fbank's ``OnlineFbank``.
+
+    :meth:`accept` returns the frames the new samples complete, :meth:`finish` the rest
+    (with ``snip_edges=False`` the last frames reach past the end and are mirrored, so
+    they wait for it). Concatenated, they are the frames of the whole audio, the same
+    numbers :class:`FbankExtractor` gives (it runs this class). Nothing comes out before
+    one window of audio (``min_samples``), as a shorter utterance has no frames.
+    """
+
+    def __init__(self, config: FeatureConfig | None = None) -> None:
+        self.config = config or LEGACY
+        self._options = self.config.knf_options()
+        self.reset()
+
+    def reset(self) -> None:
+        import kaldi_native_fbank as knf
+
+        self._fbank = knf.OnlineFbank(self._options)
+        self._taken = 0  # frames returned so far
+        self._samples = 0
+
+    @property
+    def samples_seen(self) -> int:
+        return self._samples
+
+    def accept(self, samples: torch.Tensor) -> torch.Tensor:
+        """samples (n,) float in [-1, 1] -> (T, F) float32 frames completed by them (T may be 0)."""
+        if samples.dim() != 1:
+            raise ValueError(f"expected 1-D samples (n,), got shape {tuple(samples.shape)}")
+        if samples.numel():
+            scaled = samples.detach().to(device="cpu", dtype=torch.float32) * self.config.sample_scale
+            self._fbank.accept_waveform(SAMPLE_RATE, scaled.numpy())
+            self._samples += samples.numel()
+        return self._take()
+
+    def finish(self) -> torch.Tensor:
+        """End of the audio -> (T, F) the frames still owed (none for audio shorter than one window)."""
+        self._fbank.input_finished()
+        return self._take()
+
+    def _take(self) -> torch.Tensor:
+        ready = self._fbank.num_frames_ready
+        if self._samples < self.config.window_samples or ready <= self._taken:
+            return torch.zeros(0, self.config.num_mel_bins)
+        frames = np.stack([self._fbank.get_frame(i) for i in range(self._taken, ready)])  # (T, F)
+        self._fbank.pop(ready - self._taken)  # never read again: memory stays bounded
+        self._taken = ready
+        return torch.from_numpy(frames)

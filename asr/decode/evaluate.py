@@ -45,13 +45,15 @@ class EvalSet:
 
 
 def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_utts: int | None = None,
-                skipped: Counter | None = None) -> Iterator[tuple[object, str, torch.Tensor]]:
+                skipped: Counter | None = None, min_samples: int | None = None,
+                ) -> Iterator[tuple[object, str, torch.Tensor]]:
     """(cut, reference text, audio (n,) at SAMPLE_RATE) of the first ``max_utts`` usable cuts (None: all).
 
     A cut is skipped and counted in ``skipped``, never fatal, when its text is empty
     (``empty_text``), its audio cannot be read (the ``AudioError`` reason:
     ``audio_missing``, ``audio_corrupt``, ...) or is shorter than one fbank frame
-    (``audio_too_short``); the reasons are those the training data loader counts.
+    (``audio_too_short``: under ``min_samples``, default one legacy window); the reasons are
+    those the training data loader counts.
     Any other exception is a bug and propagates. Relative audio paths resolve
     against ``data_dir`` (default: the manifest's folder).
     """
@@ -63,7 +65,7 @@ def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_u
     if max_utts is not None and max_utts < 1:
         raise ValueError(f"max_utts ({max_utts}) must be >= 1 or None")
     skipped = skipped if skipped is not None else Counter()
-    min_samples = FbankExtractor().min_samples
+    min_samples = FbankExtractor().min_samples if min_samples is None else min_samples
     used = 0
     for cut in read_cuts(cuts_path, data_dir):
         if max_utts is not None and used >= max_utts:
@@ -85,15 +87,16 @@ def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_u
 
 
 def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
-                    max_utts: int | None = None) -> EvalSet:
+                    max_utts: int | None = None, features=None) -> EvalSet:
     """Features and references of the first ``max_utts`` usable cuts of a manifest (None: all);
-    the skip rules are :func:`usable_cuts`'s."""
+    the skip rules are :func:`usable_cuts`'s. ``features``: the model's fbank options
+    (``asr.data.features.FeatureConfig``, from its checkpoint; None: LEGACY)."""
     from asr.data.features import SAMPLE_RATE, FbankExtractor
 
-    extractor = FbankExtractor()
+    extractor = FbankExtractor(features)
     skipped: Counter = Counter()
     utts = [Utterance(cut.id, text, extractor(audio), audio.numel() / SAMPLE_RATE)
-            for cut, text, audio in usable_cuts(cuts_path, data_dir, max_utts, skipped)]
+            for cut, text, audio in usable_cuts(cuts_path, data_dir, max_utts, skipped, extractor.min_samples)]
     return EvalSet(utts, skipped)
 
 

@@ -194,12 +194,17 @@ def _read_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any
         raise WenetImportError(f"train.yaml: dataset_conf.fbank_conf.num_mel_bins ({bins}) differs from "
                                f"input_dim ({input_dim}).")
     conf.require("frame_shift", 10, 10, 10.0)
+    dither = float(conf.get("dither", 0.0))
+    if dither:
+        notes.append(f"dataset_conf.fbank_conf.dither = {dither}: Wenet's training dither; the model runs without "
+                     f"dither, as Wenet decodes (fine-tune as Wenet trained: features.dither={dither})")
     features = {
-        # The names of asr.data.features.FeatureConfig; the rest is torchaudio's Kaldi defaults,
-        # which is what Wenet's compute_fbank leaves them at.
+        # asr.data.features.FeatureConfig: the frames every frontend computes for this model. The
+        # rest is torchaudio's Kaldi defaults, where Wenet's compute_fbank leaves them; dither is
+        # 0, as Wenet decodes (its recognizer sets fbank_conf.dither to 0).
         "num_mel_bins": bins, "frame_length_ms": float(conf.get("frame_length", 25)), "snip_edges": True,
         "low_freq": 20.0, "high_freq": 0.0, "window_type": conf.get("window_type", "povey"), "preemphasis": 0.97,
-        "remove_dc_offset": True, "dither": float(conf.get("dither", 0.0)), "sample_scale": WENET_SAMPLE_SCALE,
+        "remove_dc_offset": True, "dither": 0.0, "sample_scale": WENET_SAMPLE_SCALE,
     }
     conf.finish()
     return features

@@ -96,8 +96,9 @@ def format_table(results: Sequence[BackendResult]) -> str:
 
 
 def recognizer_factory(model, tokenizer, chunk_size: int, left_chunks: int, beam: int,
-                       onnx_path: str | None = None, threads: int = 1) -> Callable[[], Recognizer]:
-    """A factory for a Recognizer on the eager step (``onnx_path`` None) or an exported one."""
+                       onnx_path: str | None = None, threads: int = 1, features=None) -> Callable[[], Recognizer]:
+    """A factory for a Recognizer on the eager step (``onnx_path`` None) or an exported one;
+    ``features``: the model's ``FeatureConfig`` (None: LEGACY)."""
 
     def build() -> Recognizer:
         chunk_encoder = None
@@ -108,6 +109,6 @@ def recognizer_factory(model, tokenizer, chunk_size: int, left_chunks: int, beam
             chunk_encoder = OnnxChunkEncoder(OnnxEncoderStep(onnx_path, threads=threads), model.encoder,
                                              chunk_size, left_chunks)
         return Recognizer(model, tokenizer, chunk_size=chunk_size, left_chunks=left_chunks, beam=beam,
-                          endpoint=EndpointConfig(enabled=False), chunk_encoder=chunk_encoder)
+                          endpoint=EndpointConfig(enabled=False), chunk_encoder=chunk_encoder, features=features)
 
     return build

@@ -18,6 +18,7 @@ time), exactly as Wenet's ``websocket_server.cc`` serializes it.
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,13 @@ def parse_text(message: str, max_nbest: int) -> Start | End:
         obj = json.loads(message)
     except json.JSONDecodeError as err:
         raise ProtocolError(f"malformed JSON ({err.msg} at character {err.pos})") from None
+    # json's decoder recurses once per nesting level: '[' * 10000 exhausts the stack (RecursionError),
+    # and an integer of more than 4300 digits is refused with a plain ValueError. Both are the client's
+    # malformed message, not the server's internal error.
+    except RecursionError:
+        raise ProtocolError("malformed JSON (nested too deeply)") from None
+    except ValueError as err:
+        raise ProtocolError(f"malformed JSON ({reprlib.repr(str(err))})") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}")
     if "signal" not in obj:
@@ -54,13 +62,13 @@ def parse_text(message: str, max_nbest: int) -> Start | End:
     if signal == "end":
         return End()
     if signal != "start":
-        raise ProtocolError(f'unknown signal {signal!r}; expected "start" or "end"')
+        raise ProtocolError(f'unknown signal {reprlib.repr(signal)}; expected "start" or "end"')
     nbest = obj.get("nbest", 1)
     if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= max_nbest:
-        raise ProtocolError(f"nbest must be an integer in [1, {max_nbest}], got {nbest!r}")
+        raise ProtocolError(f"nbest must be an integer in [1, {max_nbest}], got {reprlib.repr(nbest)}")
     continuous = obj.get("continuous_decoding", False)
     if not isinstance(continuous, bool):
-        raise ProtocolError(f"continuous_decoding must be true or false, got {continuous!r}")
+        raise ProtocolError(f"continuous_decoding must be true or false, got {reprlib.repr(continuous)}")
     return Start(nbest=nbest, continuous_decoding=continuous)
 
 

@@ -41,7 +41,8 @@ from asr.model.positions import TooLongForTable
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
-from asr.streaming.recognizer import IncrementalFbank
+from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
+from asr.streaming.frontend import StreamingFrontend
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class Stream:
         self._inbox: list[torch.Tensor] = []
         self._inbox_samples = 0
         self._input_finished = False
-        self._fbank = IncrementalFbank(recognizer.extractor, recognizer.model.encoder.online_cmn())
+        self._frontend = StreamingFrontend(recognizer.features, recognizer.model.encoder.online_cmn())
+        self._frontend_finished = False  # the frames that wait for the end of the audio were taken
         # (T, F) fbank frames from the next chunk's start (running-mean normalized when the model asks)
         self._feats: torch.Tensor | None = None
         self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
@@ -115,9 +117,9 @@ class Stream:
 
     def accept_waveform(self, sample_rate: int, samples) -> None:
         """Queue mono samples (n,) float in [-1, 1] at the model's sample rate."""
-        if sample_rate != self._rec.extractor.sample_rate:
+        if sample_rate != SAMPLE_RATE:
             raise ValueError(
-                f"sample_rate {sample_rate} differs from the model's {self._rec.extractor.sample_rate}; "
+                f"sample_rate {sample_rate} differs from the model's {SAMPLE_RATE}; "
                 f"resample the audio first."
             )
         samples = torch.as_tensor(samples, dtype=torch.float32)
@@ -140,7 +142,7 @@ class Stream:
     def backlog_s(self) -> float:
         """Seconds of audio received but not yet encoded (queued samples and fbank frames)."""
         frames = 0 if self._feats is None else self._feats.size(0)
-        return self._inbox_samples / self._rec.extractor.sample_rate + frames * self._rec.feature_shift_s
+        return self._inbox_samples / SAMPLE_RATE + frames * FRAME_SHIFT_S
 
     # ---- decoding thread ------------------------------------------------------
 
@@ -178,9 +180,14 @@ class Stream:
     def _pull_audio(self) -> None:
         with self._lock:
             pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
-        if not pieces:
-            return
-        feats = self._fbank.accept(torch.cat(pieces))  # (T, F) or None
+            finished = self._input_finished and not self._frontend_finished
+        if pieces:
+            self._add_frames(self._frontend.accept(torch.cat(pieces)))  # (T, F) or None
+        if finished:  # the last frames (snip_edges=False) may complete whole chunks
+            self._frontend_finished = True
+            self._add_frames(self._frontend.finish())
+
+    def _add_frames(self, feats: torch.Tensor | None) -> None:
         if feats is not None:
             self._feats = feats if self._feats is None else torch.cat([self._feats, feats])
 
@@ -191,7 +198,7 @@ class Stream:
 
     def _needs_flush(self) -> bool:
         with self._lock:
-            finished = self._input_finished and not self._inbox
+            finished = self._input_finished and not self._inbox and self._frontend_finished
         return (
             finished and self.error is None and self._final is None and not self._done and not self._has_chunk()
         )
@@ -249,7 +256,8 @@ class Recognizer:
         ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
         fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
         endpoint: endpoint rules (on by default).
-        extractor: feature extractor (default ``asr.data.features.FbankExtractor()``).
+        features: the model's fbank options (``asr.data.features.FeatureConfig``, from its checkpoint;
+            None: ``asr.data.features.LEGACY``).
         max_batch: most streams in one batched step.
         chunk_encoder: runs whole chunks and the last partial one (``asr.serve.encoders``); default
             the model's eager ``stream_step``, batched. An ``OnnxChunkEncoder`` runs an exported step.
@@ -265,7 +273,7 @@ class Recognizer:
         ctc_weight: float = 0.5,
         reverse_weight: float = 0.0,
         endpoint: EndpointConfig | None = None,
-        extractor=None,
+        features=None,
         max_batch: int = 64,
         chunk_encoder=None,
         fusion: Fusion | None = None,
@@ -276,10 +284,6 @@ class Recognizer:
             raise ValueError(f"beam ({beam}) and max_batch ({max_batch}) must be >= 1.")
         if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
             raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
-        if extractor is None:
-            from asr.data.features import FbankExtractor
-
-            extractor = FbankExtractor(num_mel_bins=model.encoder.input_dim)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
@@ -289,7 +293,8 @@ class Recognizer:
         self.reverse_weight = reverse_weight
         self.fusion = fusion
         self.endpoint = endpoint if endpoint is not None else EndpointConfig()
-        self.extractor = extractor
+        self.features = features
+        self.sample_rate = SAMPLE_RATE  # of the audio streams accept
         self.max_batch = max_batch
         encoder = model.encoder
         encoder.init_state(1, chunk_size, left_chunks)  # validates the chunk arguments and causality now
@@ -299,8 +304,7 @@ class Recognizer:
         # Feature frames behind one chunk of C encoder frames, and the frames a chunk moves on by.
         self.chunk_span = sub.window + sub.rate * (chunk_size - 1)
         self.chunk_step = sub.rate * chunk_size
-        self.feature_shift_s = extractor.shift_samples / extractor.sample_rate
-        self.frame_s = sub.rate * self.feature_shift_s  # seconds per encoder frame
+        self.frame_s = sub.rate * FRAME_SHIFT_S  # seconds per encoder frame
         self.streams: list[Stream] = []
         self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
         self.batch_sizes: list[int] = []  # of every batched step, for benchmarks

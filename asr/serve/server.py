@@ -189,7 +189,7 @@ class AsrServer:
         stream = session.stream
         if stream.error is not None:
             return  # its failure reply is on the way; the audio has nowhere to go
-        stream.accept_waveform(self.recognizer.extractor.sample_rate, samples)
+        stream.accept_waveform(self.recognizer.sample_rate, samples)
         if stream.backlog_s > self.config.max_backlog_s:
             raise ProtocolError(
                 f"audio arrives faster than it is decoded: {stream.backlog_s:.1f} s waiting "

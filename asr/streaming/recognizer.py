@@ -3,9 +3,10 @@
 Axis legend: n audio samples, T feature frames, F feature bins, T' encoder frames,
 D model dim, V vocab.
 
-Pipeline per ``accept_waveform`` call: audio buffer -> complete fbank frames
-(:class:`IncrementalFbank`) -> ``encoder.stream_step`` -> CTC log-probs ->
-:class:`~asr.decode.CtcPrefixBeamSearch`. ``finalize`` flushes the encoder
+Pipeline per ``accept_waveform`` call: audio -> complete fbank frames
+(:class:`~asr.streaming.frontend.StreamingFrontend`, the model's feature options) ->
+``encoder.stream_step`` -> CTC log-probs -> :class:`~asr.decode.CtcPrefixBeamSearch`.
+``finalize`` takes the frames that waited for the end of the audio, flushes the encoder
 (``final=True``) and rescores the CTC n-best with the attention decoder over all
 encoder frames of the utterance (U2 two-pass decoding).
 """
@@ -20,44 +21,7 @@ import torch
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
-
-
-class IncrementalFbank:
-    """Fbank frames of a growing audio stream, equal to the fbank of the whole audio.
-
-    Fbank frames are independent windows (start k * shift, length ``min_samples``),
-    so each call computes the frames the buffer completes and drops the samples
-    no later frame needs, keeping ``frame_length - frame_shift`` samples of overlap
-    (plus whatever has not reached a frame yet).
-
-    ``online_cmn``: the model's running-mean normalization (``encoder.online_cmn()``), applied
-    to each frame once, as it is made: what the offline ``forward`` does to the whole utterance.
-    """
-
-    def __init__(self, extractor, online_cmn=None) -> None:
-        self.extractor = extractor
-        self.shift = extractor.shift_samples
-        self._norm = None if online_cmn is None else online_cmn.stream()
-        self._buffer = torch.zeros(0)
-
-    def reset(self) -> None:
-        self._buffer = torch.zeros(0)
-        if self._norm is not None:
-            self._norm.reset()
-
-    @property
-    def buffered_samples(self) -> int:
-        return int(self._buffer.numel())
-
-    def accept(self, samples: torch.Tensor) -> torch.Tensor | None:
-        """samples (n,) float -> (T, F) new complete frames, or None when there are none yet."""
-        self._buffer = torch.cat([self._buffer, samples.reshape(-1).float()])
-        n_frames = self.extractor.num_frames(self._buffer.numel())
-        if n_frames <= 0:
-            return None
-        feats = self.extractor(self._buffer)[:n_frames]  # (T, F)
-        self._buffer = self._buffer[n_frames * self.shift :]
-        return feats if self._norm is None else self._norm.push(feats)
+from asr.streaming.frontend import StreamingFrontend
 
 
 @dataclass
@@ -86,9 +50,8 @@ class StreamingRecognizer:
         ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
         fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam
             and the rescoring (None: none).
-        extractor: the feature extractor used in training (``num_frames``, ``min_samples``,
-            ``shift_samples``, callable); default ``asr.data.features.FbankExtractor()``.
-            Audio must be at its ``sample_rate``.
+        features: the model's fbank options (``asr.data.features.FeatureConfig``, from its
+            checkpoint); None: ``asr.data.features.LEGACY``. Audio must be at ``SAMPLE_RATE``.
     """
 
     def __init__(
@@ -100,7 +63,7 @@ class StreamingRecognizer:
         beam: int = 10,
         ctc_weight: float = 0.5,
         reverse_weight: float = 0.0,
-        extractor=None,
+        features=None,
         fusion: Fusion | None = None,
     ) -> None:
         if chunk_size <= 0:
@@ -108,10 +71,6 @@ class StreamingRecognizer:
         if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
             # Fail here, not in finalize() after a whole utterance has been streamed.
             raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
-        if extractor is None:
-            from asr.data.features import FbankExtractor
-
-            extractor = FbankExtractor()
         self.model = model
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
@@ -119,14 +78,14 @@ class StreamingRecognizer:
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
         self.fusion = fusion
-        self.fbank = IncrementalFbank(extractor, model.encoder.online_cmn())
+        self.frontend = StreamingFrontend(features, model.encoder.online_cmn())
         self.search = CtcPrefixBeamSearch(beam, model.blank_id, fusion)
         self.reset()
 
     def reset(self) -> None:
         """Start a new utterance."""
         self.state = self.model.encoder.init_state(1, self.chunk_size, self.left_chunks)
-        self.fbank.reset()
+        self.frontend.reset()
         self.search.reset()
         self._enc_chunks: list[torch.Tensor] = []  # (1, c, D) each
         self.timings: list[ChunkTiming] = []
@@ -160,14 +119,14 @@ class StreamingRecognizer:
         return out.size(1)
 
     def accept_waveform(self, samples) -> str:
-        """Feed samples (n,) float32 at the extractor's ``sample_rate``; returns the current partial text."""
+        """Feed samples (n,) float32 in [-1, 1] at ``SAMPLE_RATE``; returns the current partial text."""
         if self.final_tokens is not None:
             raise ValueError("finalize() was called; call reset() before feeding a new utterance.")
         samples = torch.as_tensor(samples, dtype=torch.float32)
         if samples.dim() != 1:
             raise ValueError(f"samples must be 1-D (n,) mono, got shape {tuple(samples.shape)}.")
         start = time.perf_counter()
-        feats = self.fbank.accept(samples)
+        feats = self.frontend.accept(samples)
         enc_frames = self._encode(feats, final=False)
         self.samples_seen += samples.numel()
         n_feats = 0 if feats is None else feats.size(0)
@@ -176,14 +135,14 @@ class StreamingRecognizer:
 
     @torch.no_grad()
     def finalize(self) -> str:
-        """Flush the encoder, rescore the CTC n-best with the decoder(s); returns the final text.
+        """Flush the frontend and the encoder, rescore the CTC n-best with the decoder(s); returns the final text.
 
-        Samples left in the buffer that do not fill a whole fbank frame are
-        dropped, exactly as in whole-utterance feature extraction.
+        The frames are those of whole-utterance feature extraction: samples that do not
+        reach another frame are dropped, as there.
         """
         if self.final_tokens is None:
             start = time.perf_counter()
-            enc_frames = self._encode(None, final=True)
+            enc_frames = self._encode(self.frontend.finish(), final=True)
             nbest = self.search.nbest()
             enc_out = self.encoder_output()  # (1, T', D)
             if self.model.decoder is None or enc_out.size(1) == 0:

@@ -6,6 +6,11 @@ A training checkpoint carries everything needed to use the model elsewhere:
   ``asr.model.asr_model.build_asr_model`` (vocab size and special ids included, as read
   from the tokenizer model when training started);
 - ``hyper_parameters["cfg"]``: the resolved training config (data dir, chunk settings);
+- ``hyper_parameters["features"]``: the fbank options the model was trained with
+  (``asr.data.features.FeatureConfig.to_dict()``); :func:`load_model` returns them as
+  ``cfg.features``, ``LEGACY`` (``num_mel_bins`` = the encoder's ``input_dim``) for checkpoints
+  written before they were recorded, so every frontend builds the model's own frames:
+  ``FeatureConfig.from_dict(cfg.features)``;
 - ``hyper_parameters["scheduler"]``, ``["streaming"]``, ``["seed"]``: the settings the
   LightningModule was built with, under their YAML names (``asr.train.config``).
   Checkpoints written before these were stored lack them; nothing here reads them, so
@@ -94,8 +99,10 @@ def load_model(ckpt_path: str | Path) -> tuple[torch.nn.Module, Any, DictConfig]
     """Rebuild the trained AsrModel (eval mode, CPU), its tokenizer and training config.
 
     Returns:
-        (model, tokenizer, cfg) where cfg is the resolved training config.
+        (model, tokenizer, cfg) where cfg is the resolved training config, whose ``features``
+        are the model's fbank options (``LEGACY`` when the checkpoint predates their record).
     """
+    from asr.data.features import FeatureConfig
     from asr.model.asr_model import build_asr_model
 
     checkpoint = read_checkpoint(ckpt_path)
@@ -114,7 +121,14 @@ def load_model(ckpt_path: str | Path) -> tuple[torch.nn.Module, Any, DictConfig]
         from asr.data.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(hparams["tokenizer_path"])
-    return model, tokenizer, OmegaConf.create(hparams.get("cfg", {}))
+    # Before the record, the frontends used the legacy options with one mel bin per input feature.
+    features = FeatureConfig.from_dict(hparams.get("features", {"num_mel_bins": model.encoder.input_dim}))
+    if features.num_mel_bins != model.encoder.input_dim:
+        raise ValueError(f"checkpoint {str(ckpt_path)!r}: features.num_mel_bins ({features.num_mel_bins}) "
+                         f"differs from the encoder's input_dim ({model.encoder.input_dim}).")
+    cfg = OmegaConf.create(hparams.get("cfg", {}))
+    cfg.features = features.to_dict()  # the record, not a config group the run may have lacked
+    return model, tokenizer, cfg
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:

@@ -50,6 +50,7 @@ class Source:
     model_kwargs: dict[str, Any]
     state_dict: dict[str, torch.Tensor]
     tokenizer: Any
+    features: dict[str, Any] | None = None  # hyper_parameters["features"]; None: written before they were recorded
 
 
 @dataclass
@@ -89,7 +90,27 @@ def read_source(path: str | Path) -> Source:
         raise ValueError(f"init_from: {path} carries no tokenizer files ({TOKENIZER_KEY}); its token rows "
                          "cannot be matched to this run's tokenizer.")
     return Source(path, dict(hparams["model_kwargs"]), model_state_dict(checkpoint),
-                  unpack_tokenizer(checkpoint[TOKENIZER_KEY]))
+                  unpack_tokenizer(checkpoint[TOKENIZER_KEY]), hparams.get("features"))
+
+
+def check_source_features(source: Source, features: Any) -> None:
+    """The run must compute the frames the source model was trained on (``asr.data.features``).
+
+    Dither is left out of the comparison: it is noise added while training, not a property
+    of the frames the model expects (Wenet trains with it and decodes without).
+    """
+    from asr.data.features import LEGACY, FeatureConfig
+
+    if source.features is None:
+        theirs = FeatureConfig.from_dict({**LEGACY.to_dict(),
+                                          "num_mel_bins": source.model_kwargs["encoder_kwargs"]["input_dim"]})
+    else:
+        theirs = FeatureConfig.from_dict(source.features)
+    differ = {k: v for k, v in theirs.differences(features).items() if k != "dither"}
+    if differ:
+        listed = ", ".join(f"{k}: source {a!r} vs run {b!r}" for k, (a, b) in differ.items())
+        raise ValueError(f"init_from: {source.path} was trained on other fbank frames than this run's features "
+                         f"({listed}); set features.<option> to match.")
 
 
 def finetune_model_kwargs(source: Source, run_kwargs: dict[str, Any]) -> dict[str, Any]:

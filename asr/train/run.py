@@ -5,7 +5,8 @@ tests call it with the real configs shrunk. Hydra builds objects only at the sea
 (data module, optimizer partial, trainer, callbacks, loggers); the model is built from
 plain kwargs so a checkpoint can rebuild it without Hydra. The groups the module reads
 (``optim.scheduler``, ``streaming``, ``finetune``, ``debug``) reach it as ``asr.train.config`` objects
-whose fields are the YAML keys.
+whose fields are the YAML keys. The ``features`` group (``asr.data.features.FeatureConfig``)
+goes to the data module and into the checkpoint, and must match the CMVN stats' options.
 """
 
 from __future__ import annotations
@@ -21,19 +22,31 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from asr.data.cmvn import load_cmvn
+from asr.data.cmvn import cmvn_features, load_cmvn
+from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
-from asr.train.init_from import finetune_model_kwargs, load_source_weights, read_source
+from asr.train.init_from import check_source_features, finetune_model_kwargs, load_source_weights, read_source
 from asr.train.module import AsrLightningModule
 
 
-def cmvn_from_data_dir(data_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean (F,), istd (F,)) from ``<data_dir>/cmvn.json``, with a hint when it is missing."""
-    path = Path(data_dir) / "cmvn.json"
+def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean (F,), istd (F,)) from a cmvn.json computed with ``features``; a clear error when it is
+    missing or was computed with other fbank options (it would normalize the wrong frames)."""
+    path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: global CMVN stats are computed by scripts/prepare_data.py.")
+        raise FileNotFoundError(f"{path} is missing: global CMVN stats are computed by scripts/prepare_data.py "
+                                "or scripts/compute_cmvn.py.")
+    differ = cmvn_features(path).differences(features)
+    if differ:
+        listed = ", ".join(f"{k}: stats {a!r} vs run {b!r}" for k, (a, b) in differ.items())
+        raise ValueError(
+            f"{path} was computed with other fbank options than this run's features ({listed}). Compute stats "
+            f"for them (python scripts/compute_cmvn.py <train cuts> <out.json> --features ...) and set "
+            f"data.cmvn_file."
+        )
     return load_cmvn(path)
+
 
 
 def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str | None:
@@ -65,21 +78,33 @@ def plain_config(cfg: DictConfig) -> dict:
     return data
 
 
-def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
-    """The model (CMVN filled from the data dir, or the ``init_from`` checkpoint's weights and
+def run_features(cfg: DictConfig) -> FeatureConfig:
+    """The run's ``features`` group (``LEGACY`` when a config has none)."""
+    return FeatureConfig.from_dict(cfg.get("features"))
+
+
+def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrLightningModule:
+    """The model (CMVN filled from ``cmvn_path``, or the ``init_from`` checkpoint's weights and
     CMVN) wrapped in the LightningModule."""
     from asr.model.asr_model import build_asr_model
 
+    features = run_features(cfg)
     model_kwargs = model_kwargs_from_config(
         OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.pos_enc, resolve=True),
         tokenizer,
     )
     finetune = from_group(FinetuneConfig, cfg.get("finetune"))
     source = read_source(cfg.init_from) if cfg.get("init_from") else None
-    if source is not None and finetune.keep_architecture:
-        model_kwargs = finetune_model_kwargs(source, model_kwargs)
+    if source is not None:
+        check_source_features(source, features)
+        if finetune.keep_architecture:
+            model_kwargs = finetune_model_kwargs(source, model_kwargs)
+    input_dim = model_kwargs["encoder_kwargs"].get("input_dim", features.num_mel_bins)
+    if input_dim != features.num_mel_bins:
+        raise ValueError(f"model.encoder.input_dim ({input_dim}) differs from features.num_mel_bins "
+                         f"({features.num_mel_bins}).")
     model = build_asr_model(**model_kwargs)
-    model.encoder.set_cmvn(*cmvn_from_data_dir(cfg.data.data_dir))
+    model.encoder.set_cmvn(*cmvn_for_features(cmvn_path, features))
     if source is not None:
         # After the fresh (seeded) initialization: the rows and tensors not taken from the
         # source keep it, and no random number is drawn here (a resumed run builds the same).
@@ -97,6 +122,7 @@ def build_module(cfg: DictConfig, tokenizer: Any) -> AsrLightningModule:
         finetune=finetune,
         build_info={
             "model_kwargs": model_kwargs,
+            "features": features.to_dict(),
             "tokenizer_path": str(cfg.data.tokenizer_path),
             "cfg": plain_config(cfg),
         },
@@ -153,8 +179,9 @@ def train(cfg: DictConfig) -> dict:
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     # The Trainer knows this process's rank already (DDP children are started with
     # LOCAL_RANK/NODE_RANK set), so the data module can shard its samplers from the start.
-    datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank)
-    module = build_module(cfg, datamodule.tokenizer)
+    datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank,
+                             features=run_features(cfg).to_dict())
+    module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

@@ -65,6 +65,44 @@ def test_paired_difference_matches_enumeration_and_its_p_value():
     assert got.high == pytest.approx(exact_high, abs=0.03)
 
 
+def test_paired_p_value_is_twice_the_smaller_tail_of_the_same_draws():
+    """Pinned to the draws themselves (no sampling tolerance): a one-sided p, half of this, fails."""
+    err_a, err_b = [3, 1, 4, 1, 5, 2, 6], [2, 2, 3, 2, 4, 3, 5]
+    words = [7, 5, 9, 4, 8, 6, 10]
+    idx = resample_indices(len(words), 3000, seed=11)
+    diffs = np.array([(sum(err_a[i] for i in row) - sum(err_b[i] for i in row)) / sum(words[i] for i in row)
+                      for row in idx])  # one replicate at a time, plain Python sums
+    smaller_tail = min(np.mean(diffs <= 0), np.mean(diffs >= 0))
+    assert 0.1 < smaller_tail < 0.4  # the premise: the factor of two moves p by far more than any rounding
+    got = paired_difference(err_a, err_b, words, replicates=3000, seed=11)
+    assert got.p_value == pytest.approx(2 * smaller_tail, abs=1e-12)
+
+
+def test_paired_p_value_matches_enumeration_where_one_and_two_sided_differ():
+    """Exact two-sided p over all 5**5 resamples is 0.635; a one-sided p would be 0.317."""
+    err_a, err_b, words = [2, 0, 3, 1, 2], [1, 1, 2, 2, 3], [5, 4, 6, 3, 5]
+    exact = exact_distribution(
+        lambda rows: (sum(err_a[i] for i in rows) - sum(err_b[i] for i in rows)) / sum(words[i] for i in rows), 5
+    )
+    exact_p = min(1.0, 2 * min(np.mean(exact <= 0), np.mean(exact >= 0)))
+    assert 0.3 < exact_p < 0.9 and exact_p - exact_p / 2 > 0.1
+    got = paired_difference(err_a, err_b, words, replicates=40000, seed=2)
+    # sampling error of a tail fraction over 40000 draws: < 0.0025 (1 sigma), doubled for the p value
+    assert got.p_value == pytest.approx(exact_p, abs=0.02)
+
+
+def test_paired_p_value_reaches_one_when_both_tails_hold_half_the_draws():
+    """Symmetric differences with mass at zero: each tail holds >= half the replicates, so 2 * tail >= 1 and
+    the p value is exactly 1 (a one-sided p would stop at 0.64)."""
+    err_a, err_b, words = [2, 1, 3, 0, 1], [1, 2, 3, 0, 1], [4, 4, 5, 3, 4]
+    exact = exact_distribution(
+        lambda rows: (sum(err_a[i] for i in rows) - sum(err_b[i] for i in rows)) / sum(words[i] for i in rows), 5
+    )
+    assert min(np.mean(exact <= 0), np.mean(exact >= 0)) > 0.5
+    got = paired_difference(err_a, err_b, words, replicates=5000, seed=4)
+    assert got.p_value == 1.0 and got.difference == 0.0 and not got.resolved
+
+
 def test_paired_difference_resolves_only_a_consistent_gap():
     same = paired_difference(ERRORS, ERRORS, WORDS, replicates=300)
     assert same.difference == 0.0 and same.p_value == 1.0 and not same.resolved

@@ -1,21 +1,31 @@
 import torch
 
 from asr.data.audio import cut_waveform
-from asr.data.cmvn import compute_cmvn, evenly_spread, load_cmvn, save_cmvn
-from asr.data.features import FbankExtractor
+from asr.data.cmvn import cmvn_features, compute_cmvn, evenly_spread, load_cmvn, save_cmvn
+from asr.data.features import LEGACY, SHERPA, TRAINING_BACKEND, FbankExtractor
 from asr.data.manifest import read_cuts
 
 
 def test_cmvn_matches_direct_statistics(tiny_corpus, tmp_path):
     cuts = read_cuts(tiny_corpus / "cuts_dev.jsonl.gz")
     stats = compute_cmvn(cuts, num_workers=0)
-    fb = FbankExtractor()
+    fb = FbankExtractor(backend=TRAINING_BACKEND)
     frames = torch.cat([fb(cut_waveform(c)) for c in cuts]).double()  # (N, 80)
     assert stats["frames"] == frames.shape[0] and stats["skipped"] == 0
     assert torch.allclose(torch.tensor(stats["mean"], dtype=torch.float64), frames.mean(0), atol=1e-6)
     assert torch.allclose(torch.tensor(stats["istd"], dtype=torch.float64), 1 / frames.std(0, unbiased=False), rtol=1e-4)
     mean, istd = load_cmvn(save_cmvn(stats, tmp_path / "cmvn.json"))
     assert mean.shape == istd.shape == (80,) and mean.dtype == torch.float32
+    assert cmvn_features(tmp_path / "cmvn.json") == LEGACY
+
+
+def test_cmvn_records_the_fbank_options_it_used(tiny_corpus, tmp_path):
+    cuts = read_cuts(tiny_corpus / "cuts_dev.jsonl.gz")
+    stats = compute_cmvn(cuts, FbankExtractor(SHERPA, TRAINING_BACKEND), num_workers=0)
+    assert cmvn_features(save_cmvn(stats, tmp_path / "cmvn.json")) == SHERPA
+    # files written before the record hold legacy stats
+    old = {k: v for k, v in stats.items() if k != "features"}
+    assert cmvn_features(save_cmvn(old, tmp_path / "old.json")) == LEGACY
 
 
 def test_cmvn_subset_is_spread_over_the_manifest(tiny_corpus):
@@ -25,7 +35,7 @@ def test_cmvn_subset_is_spread_over_the_manifest(tiny_corpus):
     stats = compute_cmvn(cuts, max_cuts=keep, num_workers=0)
     stride = len(cuts) / keep
     chosen = [cuts[int(i * stride)] for i in range(keep)]
-    fb = FbankExtractor()
+    fb = FbankExtractor(backend=TRAINING_BACKEND)
     frames = torch.cat([fb(cut_waveform(c)) for c in chosen]).double()
     # every k-th cut, not the first `keep` (a prefix is a few speakers of an imported corpus)
     assert chosen[-1] is not cuts[keep - 1]

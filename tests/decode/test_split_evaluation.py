@@ -73,6 +73,16 @@ def test_load_keeps_manifest_order_and_counts_each_skip_reason(manifest):
         load_utterances(manifest, max_utts=0)
 
 
+def test_load_computes_the_models_own_frames(manifest):
+    """A model trained with sherpa-onnx's fbank is evaluated on those frames (centred: 90 for 0.9 s)."""
+    from asr.data.audio import load_audio
+    from asr.data.features import SHERPA, FbankExtractor
+
+    first = load_utterances(manifest, max_utts=1, features=SHERPA).utterances[0]
+    assert first.feats.shape == (90, 80)
+    assert torch.equal(first.feats, FbankExtractor(SHERPA)(load_audio(manifest.parent / "good0.wav")))
+
+
 def test_duration_batches_bound_the_audio_and_keep_every_index():
     seconds = [3.0, 1.0, 2.0, 9.0, 0.5]
     groups = list(duration_batches(seconds, batch_seconds=4.0))

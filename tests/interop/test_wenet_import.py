@@ -80,8 +80,13 @@ def test_token_ids_features_and_kwargs_are_carried(tmp_path):
     assert (tokenizer.vocab_size, tokenizer.blank_id, tokenizer.sos_eos_id) == (len(wl.UNITS), 0, len(wl.UNITS) - 1)
     assert tokenizer.encode("ab cd") == [3, 4, 2, 5, 6] and tokenizer.decode([3, 4, 2, 5, 6]) == "ab cd"
     hp = torch.load(ckpt, weights_only=False)["hyper_parameters"]
-    assert hp["features"]["dither"] == 1.0 and hp["features"]["sample_scale"] == 32768.0
-    assert hp["features"]["num_mel_bins"] == wl.F_IN
+    # Wenet's fbank: what every frontend computes for the model (dither off, as Wenet decodes) ...
+    from asr.data.features import LEGACY, FeatureConfig
+
+    assert FeatureConfig.from_dict(hp["features"]) == FeatureConfig.from_dict({**LEGACY.to_dict(), "num_mel_bins": wl.F_IN})
+    assert hp["features"]["sample_scale"] == 32768.0 and hp["features"]["dither"] == 0.0
+    # ... and its training dither, said where fine-tuning looks.
+    assert any("features.dither=1.0" in n for n in hp["wenet_import_notes"])
     enc = hp["model_kwargs"]["encoder_kwargs"]
     assert (enc["pos_enc"], enc["conv_norm"], enc["conv_causal_pad"]) == ("wenet_rel", "none", "input")
     assert hp["model_kwargs"]["reverse_weight"] == 0.3 and model.r2l_decoder is not None

@@ -24,16 +24,17 @@ def word_lm():
     return train_word_lm(TEXTS, 2)
 
 
-def words_of(tokens):
-    return "".join(PIECES[t] for t in tokens).replace("\u2581", " ").split()
+def words_of(tokens, pieces=PIECES):
+    return "".join(pieces[t] for t in tokens).replace("\u2581", " ").split()
 
 
-def reference_score(lm, names, tokens, weight, bonus, penalty):
-    """The same score computed on the words the tokens spell: the definition, no token-level bookkeeping."""
+def reference_score(lm, names, tokens, weight, bonus, penalty, pieces=PIECES):
+    """The same score computed on the words the tokens spell (in reading order, the whole history given to
+    the LM): the definition, no token-level bookkeeping."""
     ids = {w: i for i, w in enumerate(names)}
     lexicon = set(names) - {UNK_WORD, "</s>"}
     history, total = [], 0.0
-    for word in words_of(tokens):
+    for word in words_of(tokens, pieces):
         wid = ids.get(word, ids[UNK_WORD])
         total += weight * lm.logprob(history, wid) + bonus - (penalty if word not in lexicon else 0.0)
         history.append(wid)
@@ -58,6 +59,54 @@ def test_sentence_score_equals_the_word_level_reference(word_lm, weight, bonus, 
         expected = reference_score(lm, names, tokens, weight, bonus, penalty)
         assert incremental == pytest.approx(expected, abs=1e-9), (tokens, words_of(tokens))
         assert fusion.sentence_score(tokens) == pytest.approx(expected, abs=1e-9)
+
+
+# Sentences in which the same two words come in both orders before different continuations, so a
+# trigram's (and a 4-gram's) scores depend on the ORDER of its history words: a context read
+# newest-first instead of oldest-first changes them (the bigram tests above cannot see that).
+ORDERED_TEXTS = ["the cat sat", "cat the dog", "the cat ran", "a cat the cat sat", "cat the dog ran",
+                 "a dog sat", "the dog the cat", "dog the cat ran", "a the cat", "the a dog sat",
+                 "the cat a dog", "dog a cat sat"]
+ORDERED_PIECES = ["<blank>", "<unk>", "\u2581", "\u2581the", "\u2581ca", "t", "s", "\u2581d", "o", "g",
+                  "\u2581a", "r", "\u2581sat", "\u2581ran", "n", "<sos/eos>"]
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_higher_order_word_lm_reads_its_history_oldest_first(order):
+    lm, names = train_word_lm(ORDERED_TEXTS, order)
+    ids = {w: i for i, w in enumerate(names)}
+    # the premise: swapping the two history words moves the score, so an order bug cannot hide
+    swapped = [abs(lm.logprob([ids[a], ids[b]], ids[w]) - lm.logprob([ids[b], ids[a]], ids[w]))
+               for a, b, w in (("the", "cat", "sat"), ("cat", "the", "dog"), ("the", "cat", "ran"))]
+    assert min(swapped) > 0.1, swapped
+    fusion = WordFusion(lm, names, ORDERED_PIECES, 1.0, 0.5, 4.0)
+    tid = {p: i for i, p in enumerate(ORDERED_PIECES)}
+    spellable = [i for i, p in enumerate(ORDERED_PIECES) if p not in ("<blank>", "<unk>", "<sos/eos>")]
+    whole_words = [tid[p] for p in ("\u2581the", "\u2581sat", "\u2581ran", "\u2581a")]
+    cat, dog = [tid["\u2581ca"], tid["t"]], [tid["\u2581d"], tid["o"], tid["g"]]
+    rng = random.Random(order)
+    cases = [[tid["\u2581the"], *cat, tid["\u2581sat"]], [*cat, tid["\u2581the"], *dog, tid["\u2581ran"]],
+             [tid["\u2581a"], *cat, tid["\u2581the"], *cat, tid["\u2581sat"]]]
+    # mostly lexicon words (so the trigram contexts are real ones), some spelled freely (OOV words, <unk>)
+    for _ in range(300):
+        tokens = []
+        for _ in range(rng.randint(1, 7)):
+            kind = rng.random()
+            tokens += (cat if kind < 0.25 else dog if kind < 0.4 else [rng.choice(whole_words)] if kind < 0.85
+                       else [rng.choice(spellable) for _ in range(rng.randint(1, 3))])
+        cases.append(tokens)
+    differs_when_swapped = 0
+    for tokens in cases:
+        steps = [fusion.token_score(tokens[:i], t) for i, t in enumerate(tokens)]
+        expected = reference_score(lm, names, tokens, 1.0, 0.5, 4.0, ORDERED_PIECES)
+        assert math.fsum(steps) + fusion.end_score(tokens) == pytest.approx(expected, abs=1e-9), \
+            (tokens, words_of(tokens, ORDERED_PIECES))
+        words = words_of(tokens, ORDERED_PIECES)
+        if len(words) >= 3:
+            context = [ids.get(w, ids[UNK_WORD]) for w in words[-3:-1]]
+            last = ids.get(words[-1], ids[UNK_WORD])
+            differs_when_swapped += abs(lm.logprob(context, last) - lm.logprob(context[::-1], last)) > 1e-6
+    assert differs_when_swapped >= 50  # enough cases where the order of the history decides the score
 
 
 def test_oov_penalty_is_paid_once_when_the_word_leaves_the_lexicon(word_lm):
@@ -101,14 +150,16 @@ def test_state_reads_only_the_last_words_of_a_long_prefix(word_lm):
     assert long_prefix_score == pytest.approx(lm.logprob([ids["a"]], ids["dog"]) + 0.5, abs=1e-12)
 
 
-def test_arpa_round_trip_keeps_vocabulary_and_scores(word_lm, tmp_path):
-    lm, names = word_lm
+@pytest.mark.parametrize("order", [2, 3])
+def test_arpa_round_trip_keeps_vocabulary_and_scores(order, tmp_path):
+    """Bigram and trigram (the default word LM's order): two-word histories in both orders."""
+    lm, names = train_word_lm(TEXTS if order == 2 else ORDERED_TEXTS, order)
     path = save_word_lm(lm, names, tmp_path / "words.arpa.gz")
     loaded, loaded_names = load_word_lm(path)
     assert sorted(loaded_names[:-1]) == sorted(names[:-1]) and loaded_names[-1] == "</s>"
     old = {w: i for i, w in enumerate(names)}
     new = {w: i for i, w in enumerate(loaded_names)}
-    for history in ([], ["the"], ["a"], ["cat"]):
+    for history in ([], ["the"], ["a"], ["cat"], ["the", "cat"], ["cat", "the"], ["a", "dog"]):
         for word in [*names[:-1], "</s>"]:
             a = lm.logprob([old[w] for w in history], old[word])
             b = loaded.logprob([new[w] for w in history], new[word])

@@ -60,6 +60,30 @@ def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
         assert result.text  # the random model does emit tokens, so the comparison meant something
 
 
+def test_a_stream_with_centred_frames_gets_its_last_frames_at_the_end(model, tokenizer):
+    """snip_edges=False (sherpa-onnx's fbank): the frames that wait for the end of the audio can
+    complete whole chunks; finish() hands them over and the stream equals the whole utterance."""
+    from asr.data.features import FeatureConfig
+
+    centred = FeatureConfig(snip_edges=False, high_freq=-400.0)
+    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT,
+                     features=centred)
+    wave = noise(1.93, 3, SAMPLE_RATE)
+    stream = rec.create_stream()
+    for piece in pieces(wave, 3):
+        stream.accept_waveform(SAMPLE_RATE, piece)
+        rec.decode()
+    stream.finish()
+    while not stream.is_done():
+        rec.decode()
+    feats = FbankExtractor(centred)(wave)[None]  # (1, T, F)
+    enc, _ = model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
+    assert torch.allclose(torch.cat(stream._utt.log_probs), model.ctc_log_probs(enc)[0], atol=1e-4)
+    alone = StreamingRecognizer(model, tokenizer, C, LEFT, beam=3, ctc_weight=0.5, features=centred)
+    alone.accept_waveform(wave)
+    assert stream.result().text == alone.finalize()
+
+
 def test_final_words_come_from_the_alignment(model, tokenizer):
     rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
     stream = rec.create_stream()

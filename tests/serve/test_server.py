@@ -95,6 +95,9 @@ def test_one_utterance_end_to_end(model, tokenizer):
     "messages, error",
     [
         (['{"signal": "start"'], "malformed JSON"),
+        (["[" * 10000 + "]" * 10000], "malformed JSON (nested too deeply)"),  # json's decoder recursed to death
+        (['{"signal": "start", "nbest": ' + "9" * 5000 + "}"], "malformed JSON"),  # past Python's int digit limit
+        (['{"signal": ' + "[" * 500 + "]" * 500 + "}"], "unknown signal [[[[[[[...]]]]]]]"),  # echoed, bounded
         (['["start"]'], "expected a JSON object"),
         (['{"signal": "pause"}'], "unknown signal"),
         (['{"signal": "start", "nbest": "two"}'], "nbest must be an integer"),

@@ -1,38 +1,25 @@
-"""StreamingRecognizer: incremental fbank == whole fbank, streaming CTC == chunk-masked full forward, rescoring."""
+"""StreamingRecognizer: streaming CTC == chunk-masked full forward on the whole-utterance frames, rescoring."""
 
 import pytest
 import torch
-import torchaudio
 
-from asr.data.features import FbankExtractor
+from asr.data.features import FbankExtractor, FeatureConfig
 from asr.decode import attention_rescoring, ctc_greedy, ctc_prefix_beam_search
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
-from asr.streaming.recognizer import IncrementalFbank, StreamingRecognizer
+from asr.streaming.recognizer import StreamingRecognizer
 
 N_MELS, VOCAB, SOS = 40, 9, 8
 
 
-class KaldiFbank:
-    """Stand-in with the FbankExtractor contract (25 ms / 10 ms windows at 16 kHz, snip_edges)."""
-
-    min_samples = 400
-    shift_samples = 160
-
-    def num_frames(self, n_samples: int) -> int:
-        return 0 if n_samples < 400 else 1 + (n_samples - 400) // 160
-
-    def __call__(self, wave: torch.Tensor) -> torch.Tensor:
-        return torchaudio.compliance.kaldi.fbank(wave[None] * 32768, num_mel_bins=N_MELS, dither=0.0)
+# Both edge conventions: snipped windows (legacy) and centred, mirrored ones (sherpa-onnx's).
+SNIPPED = FeatureConfig(num_mel_bins=N_MELS)
+CENTRED = FeatureConfig(num_mel_bins=N_MELS, snip_edges=False, high_freq=-400.0)
 
 
 class Tokens:
     def decode(self, ids):
         return " ".join(f"w{i}" for i in ids)
-
-
-def extractors():
-    return [KaldiFbank(), FbankExtractor()]
 
 
 def pieces(wave: torch.Tensor, seed: int):
@@ -43,17 +30,6 @@ def pieces(wave: torch.Tensor, seed: int):
         n = int(torch.randint(0, 3000, (1,), generator=g))
         yield wave[start : start + n]
         start += n
-
-
-@pytest.mark.parametrize("extractor", extractors(), ids=lambda e: type(e).__name__)
-def test_incremental_fbank_equals_whole_utterance_fbank(extractor):
-    wave = 0.1 * torch.randn(16000 + 123, generator=torch.Generator().manual_seed(0))
-    stream = IncrementalFbank(extractor)
-    assert stream.shift == 160
-    parts = [f for f in (stream.accept(p) for p in pieces(wave, 0)) if f is not None]
-    whole = extractor(wave)
-    assert stream.buffered_samples < extractor.min_samples + stream.shift
-    assert torch.allclose(torch.cat(parts), whole, atol=1e-4)
 
 
 def make_model(pos_enc: str = "rel_xl", online_cmn_frames: float = 0.0, **scheme) -> AsrModel:
@@ -71,14 +47,14 @@ def model():
     return make_model()
 
 
-def check_streaming_equals_full(model, seed, chunk_size, left_chunks):
+def check_streaming_equals_full(model, seed, chunk_size, left_chunks, features=SNIPPED):
     g = torch.Generator().manual_seed(seed)
     wave = 0.1 * torch.randn(int(torch.randint(8000, 20000, (1,), generator=g)), generator=g)
-    rec = StreamingRecognizer(model, Tokens(), chunk_size, left_chunks, beam=1, extractor=KaldiFbank())
+    rec = StreamingRecognizer(model, Tokens(), chunk_size, left_chunks, beam=1, features=features)
     for p in pieces(wave, seed):
         rec.accept_waveform(p)
     rec.finalize()
-    feats = KaldiFbank()(wave)[None]  # (1, T, F)
+    feats = FbankExtractor(features)(wave)[None]  # (1, T, F)
     with torch.no_grad():
         enc, enc_lens = model.encode(feats, torch.tensor([feats.size(1)]), chunk_size, left_chunks)
         full = ctc_greedy(model.ctc_log_probs(enc), enc_lens)[0]
@@ -93,6 +69,12 @@ def test_streaming_ctc_greedy_equals_full_forward_under_the_chunk_mask(model, se
     check_streaming_equals_full(model, seed, chunk_size, left_chunks)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_streaming_equals_full_forward_with_centred_frames(model, seed):
+    """snip_edges=False: the last frames wait for finalize(), then the stream is the whole utterance."""
+    check_streaming_equals_full(model, seed, 2, 1, CENTRED)
+
+
 @pytest.mark.parametrize("pos_enc,scheme", [("shaw", {"max_distance": 4}), ("rel_bias", {"max_distance": 4}),
                                             ("abs_sin", {}), ("rope", {}), ("none", {})])
 def test_streaming_equals_full_forward_for_other_position_schemes(pos_enc, scheme):
@@ -104,10 +86,10 @@ def test_streaming_equals_full_forward_for_other_position_schemes(pos_enc, schem
 def test_streaming_with_online_cmn_equals_full_forward(pos_enc, scheme, seed):
     """The frontend's frame-by-frame running mean is what forward() does to the whole utterance."""
     cmn_model = make_model(pos_enc, online_cmn_frames=30.0, **scheme)
-    check_streaming_equals_full(cmn_model, seed, 2, 1)
+    check_streaming_equals_full(cmn_model, seed, 2, 1, (SNIPPED, CENTRED)[seed])
     # and it is applied: the same weights without it encode the same audio differently
     plain = make_model(pos_enc, **scheme)
-    feats = KaldiFbank()(0.1 * torch.randn(9000, generator=torch.Generator().manual_seed(seed)))[None]
+    feats = FbankExtractor(SNIPPED)(0.1 * torch.randn(9000, generator=torch.Generator().manual_seed(seed)))[None]
     lens = torch.tensor([feats.size(1)])
     with torch.no_grad():
         assert (cmn_model.encode(feats, lens)[0] - plain.encode(feats, lens)[0]).abs().max() > 1e-2
@@ -116,7 +98,7 @@ def test_streaming_with_online_cmn_equals_full_forward(pos_enc, scheme, seed):
 def test_finalize_rescores_the_nbest_and_records_timings(model):
     wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(5))
     rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
-                              extractor=KaldiFbank())
+                              features=SNIPPED)
     n_calls = 0
     for start in range(0, 12000, 1600):
         partial = rec.accept_waveform(wave[start : start + 1600].numpy())
@@ -140,11 +122,11 @@ def test_finalize_rescores_the_nbest_and_records_timings(model):
 
 def test_bad_input_raises(model):
     with pytest.raises(ValueError, match=r"chunk_size \(0\)"):
-        StreamingRecognizer(model, Tokens(), 0, 1, extractor=KaldiFbank())
+        StreamingRecognizer(model, Tokens(), 0, 1, features=SNIPPED)
     ctc_att = AsrModel(model.encoder, VOCAB, SOS, decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64)
     with pytest.raises(ValueError, match=r"reverse_weight \(0.5\)"):
-        StreamingRecognizer(ctc_att, Tokens(), 2, 1, reverse_weight=0.5, extractor=KaldiFbank())
-    rec = StreamingRecognizer(model, Tokens(), 2, 1, extractor=KaldiFbank())
+        StreamingRecognizer(ctc_att, Tokens(), 2, 1, reverse_weight=0.5, features=SNIPPED)
+    rec = StreamingRecognizer(model, Tokens(), 2, 1, features=SNIPPED)
     with pytest.raises(ValueError, match=r"1-D"):
         rec.accept_waveform(torch.zeros(2, 100))
 
@@ -160,7 +142,7 @@ def test_fusion_reaches_the_beam_and_the_rescoring(model):
 
     def stream(fusion):
         rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
-                                  extractor=KaldiFbank(), fusion=fusion)
+                                  features=SNIPPED, fusion=fusion)
         for start in range(0, 12000, 1600):
             rec.accept_waveform(wave[start : start + 1600])
         return rec, rec.finalize()

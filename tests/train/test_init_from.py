@@ -140,3 +140,15 @@ def test_resumed_finetuning_run_is_exact(corpus, source_ckpt, new_tokenizer, tmp
     assert torch.load(last, weights_only=True)["global_step"] == 6
     for name, value in straight.items():
         assert torch.equal(value, resumed[name]), name
+
+
+def test_source_trained_on_other_frames_is_refused_but_dither_is_not_a_difference(tmp_path):
+    from asr.data.features import LEGACY, SHERPA
+    from asr.train.init_from import check_source_features
+
+    tok = char_tokenizer(tmp_path / "t", ["abc"])
+    source = Source(tmp_path / "src.ckpt", {"encoder_kwargs": {"input_dim": 80}}, {}, tok, SHERPA.to_dict())
+    with pytest.raises(ValueError, match="snip_edges: source False vs run True"):
+        check_source_features(source, LEGACY)
+    check_source_features(Source(tmp_path, {}, {}, tok, {**LEGACY.to_dict(), "dither": 1.0}), LEGACY)
+    check_source_features(Source(tmp_path, {"encoder_kwargs": {"input_dim": 80}}, {}, tok, None), LEGACY)

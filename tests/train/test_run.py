@@ -7,6 +7,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from asr.data.features import LEGACY, SHERPA, FeatureConfig
 from asr.train.checkpoint import load_model, top_k_checkpoints, write_averaged_checkpoint
 from asr.train.run import train
 
@@ -54,6 +55,7 @@ def test_load_model_rebuilds_without_hydra(trained, corpus):
 def test_checkpoint_stores_the_config_groups_under_their_yaml_names(trained):
     cfg, summary, out = trained
     hparams = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]
+    assert hparams["features"] == OmegaConf.to_container(cfg.features) == LEGACY.to_dict()
     assert hparams["scheduler"] == OmegaConf.to_container(cfg.optim.scheduler)
     assert hparams["streaming"] == OmegaConf.to_container(cfg.streaming)
     assert hparams["seed"] == cfg.seed
@@ -74,6 +76,10 @@ def test_old_style_checkpoint_loads_and_resumes(trained, tmp_path):
     model, tokenizer, saved_cfg = load_model(old)
     assert all(torch.equal(v, ckpt["state_dict"]["model." + k]) for k, v in model.state_dict().items())
     assert saved_cfg.experiment_name == cfg.experiment_name
+    # trained before the fbank options were recorded: today's options
+    del ckpt["hyper_parameters"]["cfg"]["features"]
+    torch.save(ckpt, old)
+    assert FeatureConfig.from_dict(load_model(old)[2].features) == LEGACY
 
     resumed_cfg = cfg.copy()
     resumed_cfg.out_dir, resumed_cfg.ckpt_path = str(tmp_path / "resumed"), str(old)
@@ -146,3 +152,30 @@ def test_summary_lists_noise_skips_apart_from_utterance_skips():
     assert "noise skipped   : noise_audio_missing=1" in lines
     summary["skipped_utterances"] = {}
     assert "noise skipped   : none" in format_summary(summary).splitlines()
+
+
+def test_features_other_than_the_cmvn_stats_are_refused(corpus, tmp_path):
+    """Stats of other frames would normalize the wrong features: the run stops before it starts."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*tiny_overrides(corpus, tmp_path), "features=sherpa"])
+    with pytest.raises(ValueError, match=r"snip_edges: stats True vs run False.*compute_cmvn.py"):
+        train(cfg)
+
+
+def test_a_run_with_sherpa_features_records_them(corpus, tmp_path):
+    import json
+
+    from asr.data.cmvn import compute_cmvn, save_cmvn
+    from asr.data.features import TRAINING_BACKEND, FbankExtractor
+    from asr.data.manifest import read_cuts
+
+    stats = compute_cmvn(read_cuts(corpus / "cuts_train.jsonl.gz"), FbankExtractor(SHERPA, TRAINING_BACKEND),
+                         num_workers=0)
+    save_cmvn(stats, tmp_path / "cmvn_sherpa.json")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*tiny_overrides(corpus, tmp_path / "run"), "features=sherpa",
+                                          f"data.cmvn_file={tmp_path / 'cmvn_sherpa.json'}", "trainer.max_steps=2"])
+    train(cfg)
+    model, _, saved = load_model(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert FeatureConfig.from_dict(saved.features) == SHERPA
+    assert torch.allclose(model.encoder.cmvn_mean, torch.tensor(json.loads((tmp_path / "cmvn_sherpa.json").read_text())["mean"]))
