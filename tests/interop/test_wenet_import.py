@@ -201,3 +201,20 @@ def test_script_refuses_with_one_line_and_status_2(tmp_path, capsys):
     assert main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.ckpt")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("import_wenet: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_imported_model_is_a_fine_tuning_source(tmp_path):
+    """init_from reads the imported checkpoint (weights_only=True) and every tensor loads as it is."""
+    from asr.model.asr_model import build_asr_model
+    from asr.train.init_from import finetune_model_kwargs, load_source_weights, read_source
+
+    _, _, model, tokenizer, ckpt = imported(tmp_path)
+    source = read_source(ckpt)
+    run_kwargs = {"vocab_size": tokenizer.vocab_size, "sos_eos_id": tokenizer.sos_eos_id, "blank_id": 0,
+                  "ctc_weight": 0.5, "encoder_kwargs": {"dropout": 0.0}}
+    fresh = build_asr_model(**finetune_model_kwargs(source, run_kwargs))
+    report = load_source_weights(fresh, source, tokenizer)
+    assert not report.reinitialized and not report.rows_kept and not report.unused
+    assert fresh.ctc_weight == 0.5 and fresh.encoder.scheme.name == "wenet_rel"
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name].float()), name
