@@ -18,8 +18,11 @@ What exactly is decoded, per utterance and offset S:
   lead-in (the lead-in is a whole number of chunks, so the utterance's chunking is the same at
   every offset).
 
-The same audio at every offset: a relative scheme's hypotheses are identical (tested), so any
-difference is the position scheme reading the clock.
+The numbers are ``stream_step``'s: they are computed with the chunk-masked forward at that
+clock (``encoder(..., start_time=)``), which the streaming contract makes identical to the
+stream (tested at a 600 s clock for every scheme) and which batches utterances of different
+lengths exactly. The same audio at every offset: a relative scheme's hypotheses are identical
+(tested), so any difference is the position scheme reading the clock.
 """
 
 from __future__ import annotations
