@@ -123,6 +123,7 @@ def _read_encoder(cfg: dict, notes: list[str]) -> tuple[dict[str, Any], dict[str
         ("norm_eps", 1e-5, (1e-5,)), ("mlp_type", "position_wise_feed_forward", ("position_wise_feed_forward",)),
         ("conv_inner_factor", 2, (2,)), ("final_norm", True, (True,)), ("n_kv_head", None, (None, heads)),
         ("head_dim", None, (None, d_model // heads)), ("positionwise_conv_kernel_size", 1, (1,)),
+        ("concat_after", False, (False,)),  # Wenet before mid-2022
     ):
         conf.require(key, default, *allowed)
     biases = {key: bool(conf.require(key, True, True, False))
@@ -159,7 +160,7 @@ def _read_decoder(cfg: dict, heads_default: int, notes: list[str]) -> tuple[dict
         ("src_attention", True, (True,)), ("activation_type", "relu", ("relu",)),
         ("layer_norm_type", "layer_norm", ("layer_norm",)), ("norm_eps", 1e-5, (1e-5,)),
         ("mlp_type", "position_wise_feed_forward", ("position_wise_feed_forward",)), ("n_kv_head", None, (None, heads)),
-        ("head_dim", None, (None,)),
+        ("head_dim", None, (None,)), ("concat_after", False, (False,)),
     ):
         conf.require(key, default, *allowed)
     biases = {f"decoder_{key}": bool(conf.require(key, True, True, False))
