@@ -1,9 +1,10 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 7 schemes, 1800 steps each (1 h 42 min, 2 idle cores)
-    python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20   # two-scheme smoke, minutes
+    python scripts/ablate.py                                          # all 8 schemes, 1800 steps each, rel_xl and wenet_rel x 2 seeds
+    python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20 --seeds-for none   # two-scheme smoke, minutes
     python scripts/ablate.py --schemes rel_xl,abs_sin --seeds 3 --out runs/ablation_seeds  # seed spread
+    python scripts/ablate.py --seeds-for rel_xl=3,wenet_rel=3,shaw=2  # more seeds for some schemes
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
 
@@ -11,10 +12,12 @@ Each scheme trains in its own subprocess (scripts/train.py with pos_enc=<scheme>
 hydra.run.dir=<out>/<scheme>), then its last checkpoint is evaluated: WER on the
 test split full-context (attention rescoring, CTC greedy) and streaming at chunk
 32, 16, 8 and 4 (64 frames of memory each), WER on the length probe set (5-160 s,
-full context and C16/L4; built on first use), parameters, mean training step time,
-peak RSS of the training process and streaming RTF. Every WER keeps its
-per-utterance errors, and the report gives bootstrap intervals and paired
-differences to rel_xl.
+full context and C16/L4; built on first use), the translation probe (the first 200 test
+utterances streamed at C16/L4 with the stream clock at 0 s, 60 s and 600 s after a silent
+lead-in; asr/ablation/translation.py), parameters, mean training step time, peak RSS of the
+training process and streaming RTF. Every WER keeps its per-utterance errors, and the report
+gives bootstrap intervals, paired differences to rel_xl and a "rel_shift or not" section
+(rel_xl against wenet_rel, Wenet's rel_pos attention without rel_shift, seeds pooled).
 
 Outputs in --out: report.md (table + notes), results.json, learning_curves.png,
 wer_by_scheme.png, speed_memory.png, and one folder per scheme. Re-running skips
@@ -57,6 +60,8 @@ DEFAULT_VAL_EVERY = 360
 #   a few % of the budget. Checkpoints (last.ckpt, for resume and for the evaluation)
 #   are saved at each validation, so a time-budget stop evaluates the weights of the
 #   last validation (the Steps column says which step that was).
+# The comparison the report's "rel_shift or not" section makes gets a seed spread by default.
+DEFAULT_SEEDS_FOR = "rel_xl=2,wenet_rel=2"
 WARMUP_FRACTION = 0.1
 WARMUP_FOR_TIME_BUDGET = 180
 DEFAULT_OVERRIDES = ("trainer.limit_val_batches=4",)
@@ -91,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=1,
                         help="training runs per scheme with seeds seed, seed+1, ...; the report pools them "
                              "(intervals over utterances of the mean errors) and shows the seed spread (default 1)")
+    parser.add_argument("--seeds-for", default=DEFAULT_SEEDS_FOR,
+                        help=f"more seeds for some schemes, scheme=N,... (at least --seeds each; 'none' for no "
+                             f"extras; default {DEFAULT_SEEDS_FOR})")
+    parser.add_argument("--translation-utts", type=int, default=200,
+                        help="test utterances of the translation probe (the first N; default 200)")
     parser.add_argument("--max-utts", type=int, default=0,
                         help="test utterances decoded per WER column (default 0 = all)")
     parser.add_argument("--rtf-utts", type=int, default=10, help="test utterances streamed for the RTF")
@@ -110,7 +120,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.val_every = max(1, args.budget_steps // 5) if args.budget_steps is not None else DEFAULT_VAL_EVERY
     if args.train_timeout_minutes is None and args.budget_minutes is not None:
         args.train_timeout_minutes = 2 * args.budget_minutes + 5
+    try:
+        args.scheme_seeds = parse_seeds_for(args.seeds_for)
+    except ValueError as err:
+        parser.error(str(err))
     return args
+
+
+def parse_seeds_for(text: str) -> dict[str, int]:
+    """``"rel_xl=2,wenet_rel=2"`` -> {scheme: seeds}; ``"none"`` or ``""`` -> {}."""
+    if text.strip().lower() in ("", "none"):
+        return {}
+    seeds = {}
+    for item in text.split(","):
+        scheme, _, count = item.strip().partition("=")
+        if not scheme or not count.strip().isdigit():
+            raise ValueError(f"--seeds-for: expected scheme=N items, got {item.strip()!r}")
+        seeds[scheme.strip()] = int(count)
+    return seeds
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -135,13 +162,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         settings = AblationSettings(
             out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed, seeds=args.seeds,
+            scheme_seeds=args.scheme_seeds,
             budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
             extra_overrides=ablation_overrides(args.budget_steps, args.overrides),
             train_timeout_minutes=args.train_timeout_minutes,
         )
         eval_cfg = EvalConfig(
             data_dir=args.data_dir, max_utts=args.max_utts or None,
-            beam=args.beam, rtf_utts=args.rtf_utts,
+            beam=args.beam, rtf_utts=args.rtf_utts, translation_utts=args.translation_utts,
         )
     except ValueError as err:
         print(f"ablate: {err}", file=sys.stderr)
@@ -150,6 +178,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ablate: no {eval_cfg.test_cuts} in {args.data_dir}: build the corpus first "
               "(scripts/prepare_data.py)", file=sys.stderr)
         return 2
+    if not args.report_only:
+        from asr.train.run import ensure_run_cmvn
+
+        # the recipe's fbank preset may read stats prepare_data.py does not write (cmvn_floor.json)
+        ensure_run_cmvn(args.data_dir, ablation_overrides(args.budget_steps, args.overrides))
     if not args.report_only and not (Path(args.data_dir) / eval_cfg.probe_cuts).is_file():
         from asr.synth.probes import build_probe_set
 
@@ -164,7 +197,7 @@ def _run(args: argparse.Namespace) -> int:
         runner.report_only()
         return 0
     start = time.monotonic()
-    print(f"[ablate] {len(schemes)} scheme(s): {','.join(schemes)} -> {settings.out_dir}")
+    print(f"[ablate] {len(schemes)} scheme(s), {len(settings.runs())} run(s): {','.join(schemes)} -> {settings.out_dir}")
     results = runner.run()
     print(f"[ablate] total {time.monotonic() - start:.0f} s")
     return 0 if all(r.ok for r in results) else 1

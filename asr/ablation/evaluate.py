@@ -12,7 +12,10 @@ error line, the others still run):
   and at C16/L4; a scheme whose learned table is shorter than a probe gets
   "n/a: longer than its table" for that length, not a failed run;
 - streaming RTF: ``enc.stream_step`` + CTC greedy over test audio fed one chunk
-  at a time, on one CPU thread.
+  at a time, on one CPU thread;
+- the translation probe (``asr.ablation.translation``): CTC greedy WER of the first
+  ``translation_utts`` test utterances streamed at C16/L4 after a silent lead-in, with the
+  stream clock at 0 s, 60 s and 600 s; relative schemes score the same at every offset.
 
 Every WER measurement writes its per-utterance records (``decode_<key>.jsonl``)
 for the bootstrap intervals of the report. The chunk-masked forward is what
@@ -31,6 +34,7 @@ from pathlib import Path
 import torch
 
 from asr.ablation.results import last_line
+from asr.ablation.translation import OFFSETS_S, translation_probe
 from asr.decode import ctc_greedy
 from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
 from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances, load_utterances
@@ -55,6 +59,10 @@ WER_SETTINGS: dict[str, tuple[str, str, int, int]] = {
         for name, (c, left) in PROBE_CONTEXTS.items()
     },
 }
+# Translation probe: column key -> stream clock offset in seconds.
+TRANSLATION_METRICS: dict[str, int] = {f"wer_shift{s}": s for s in OFFSETS_S}
+# Every WER measurement with per-utterance records (what the report's statistics read).
+ALL_WER_METRICS: tuple[str, ...] = (*WER_SETTINGS, *TRANSLATION_METRICS)
 # WER columns whose CER is reported too (CER still moves when short budgets leave WER near 100 %).
 CER_OF: dict[str, str] = {"wer_test_greedy": "cer_test_greedy"}
 RTF_CHUNK, RTF_LEFT = 16, 4
@@ -67,7 +75,8 @@ class EvalConfig:
     ``max_utts`` keeps the first N usable test cuts (manifest order, deterministic;
     skipped cuts do not count); None keeps all. The probe set is always used whole.
     ``batch_seconds`` bounds the audio in one decoding batch; ``rtf_utts`` is how
-    many test utterances the RTF streams.
+    many test utterances the RTF streams, ``translation_utts`` how many (the first ones) the
+    translation probe decodes at each offset.
     """
 
     data_dir: str
@@ -77,12 +86,15 @@ class EvalConfig:
     beam: int = 10
     batch_seconds: float = 120.0
     rtf_utts: int = 10
+    translation_utts: int = 200
 
     def __post_init__(self) -> None:
         if self.max_utts is not None and self.max_utts < 1:
             raise ValueError(f"max_utts must be >= 1 or None, got {self.max_utts}")
         if self.batch_seconds <= 0:
             raise ValueError(f"batch_seconds must be > 0, got {self.batch_seconds}")
+        if self.translation_utts < 1:
+            raise ValueError(f"translation_utts must be >= 1, got {self.translation_utts}")
 
 
 def load_splits(cfg: EvalConfig, log=print, features=None) -> tuple[dict[str, EvalSet], dict[str, dict], dict[str, str]]:
@@ -190,15 +202,22 @@ def evaluate_checkpoint(
         # The steps behind the evaluated weights (a time-budget stop can end past the last save).
         "train_steps": float(read_checkpoint(ckpt)["global_step"]),
     }
-    splits, eval_data, split_errors = load_splits(cfg, log, FeatureConfig.from_dict(train_cfg.features))
+    features = FeatureConfig.from_dict(train_cfg.features)
+    splits, eval_data, split_errors = load_splits(cfg, log, features)
     errors: dict[str, str] = {}
-    for key, (mode, split, chunk, left) in WER_SETTINGS.items():
+    shifted = splits["test"].utterances[: cfg.translation_utts]
+    measurements = [
+        (key, split, lambda m=mode, sp=split, c=chunk, lc=left: evaluate_utterances(
+            model, tokenizer, splits[sp], [m], c, lc, beam=cfg.beam, batch_seconds=cfg.batch_seconds,
+        ).modes[m], len(splits.get(split, EvalSet([])).utterances))
+        for key, (mode, split, chunk, left) in WER_SETTINGS.items()
+    ] + [
+        (key, "test", lambda s=offset: translation_probe(model, tokenizer, shifted, s, features=features), len(shifted))
+        for key, offset in TRANSLATION_METRICS.items()
+    ]
+    for key, split, measure, n_utts in measurements:
         start = time.perf_counter()
-        result = _measure(
-            key, errors, lambda: evaluate_utterances(
-                model, tokenizer, splits[split], [mode], chunk, left, beam=cfg.beam, batch_seconds=cfg.batch_seconds,
-            ).modes[mode], split_error=split_errors.get(split),
-        )
+        result = _measure(key, errors, measure, split_error=split_errors.get(split))
         metrics[key] = None if result is None else 100.0 * result.totals["wer"]
         if key in CER_OF:
             metrics[CER_OF[key]] = None if result is None else 100.0 * result.totals["cer"]
@@ -208,7 +227,7 @@ def evaluate_checkpoint(
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / f"decode_{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result.records))
         shown = "n/a" if result is None else f"{metrics[key]:.2f}"
-        log(f"[ablate]   {key} = {shown} ({len(splits.get(split, EvalSet([])).utterances)} utts, {time.perf_counter() - start:.0f} s)")
+        log(f"[ablate]   {key} = {shown} ({n_utts} utts, {time.perf_counter() - start:.0f} s)")
     rtf = _measure(
         "stream_rtf", errors,
         lambda: streaming_rtf(model, splits["test"].utterances[: cfg.rtf_utts], RTF_CHUNK, RTF_LEFT),

@@ -155,7 +155,7 @@ def plot_speed_memory(results: Sequence[SchemeResult], path: Path) -> Path | Non
 def write_plots(results: Sequence[SchemeResult], out_dir: Path, analysis: Analysis | None = None) -> list[Path]:
     """All plots into ``out_dir``; returns the paths written."""
     from asr.ablation.analysis import analyze
-    from asr.ablation.evaluate import WER_SETTINGS
+    from asr.ablation.evaluate import ALL_WER_METRICS
     from asr.ablation.report import (
         CHUNK_METRICS,
         PROBE_CONTEXT_NAMES,
@@ -166,7 +166,7 @@ def write_plots(results: Sequence[SchemeResult], out_dir: Path, analysis: Analys
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if analysis is None:
-        analysis = analyze(results, list(WER_SETTINGS))
+        analysis = analyze(results, list(ALL_WER_METRICS))
     schemes = [s for s in scheme_order(results) if analysis.wer("wer_test_greedy", s) or analysis.wer(
         "wer_test_rescore", s)]
     made = [

@@ -16,7 +16,10 @@ from asr.ablation.analysis import (
     format_interval,
 )
 from asr.ablation.stats import DEFAULT_REPLICATES
-from asr.ablation.evaluate import CHUNK_SWEEP, NOT_APPLICABLE, PROBE_CONTEXTS, WER_SETTINGS
+from asr.ablation.evaluate import ALL_WER_METRICS, CHUNK_SWEEP, NOT_APPLICABLE, PROBE_CONTEXTS, TRANSLATION_METRICS
+from asr.ablation.rel_shift import rel_shift_section, translation_section
+from asr.ablation.translation import CHUNK as SHIFT_CHUNK
+from asr.ablation.translation import LEFT as SHIFT_LEFT
 from asr.ablation.results import METRICS, SchemeResult
 from asr.data.features import FRAME_SHIFT_S
 from asr.synth.probes import PROBE_LENGTHS
@@ -126,6 +129,21 @@ def length_table(analysis: Analysis, schemes: Sequence[str], context: str) -> st
     return _table(headers, rows)
 
 
+def rel_shift_rows(frame_ms: float) -> dict[str, str]:
+    """Every measurement the "rel_shift or not" section compares: metric -> row label."""
+    rows = {"wer_test_rescore": "test, rescoring, full context", "wer_test_greedy": "test, CTC greedy, full context"}
+    rows.update({CHUNK_METRICS[c]: f"test, greedy, C{c}/L{left} ({c * frame_ms:.0f} ms)" for c, left in CHUNK_SWEEP})
+    for context, name in (("full", "full context"), ("c16", "C16/L4")):
+        rows.update({m: f"{s} s passages, {name}" for s, m in PROBE_METRICS[context].items()})
+    rows.update({m: f"translation probe, clock at {s} s" for m, s in TRANSLATION_METRICS.items()})
+    return rows
+
+
+def _translation_utts(analysis: Analysis) -> str:
+    counts = {v.utterances for v in analysis.stats.get(next(iter(TRANSLATION_METRICS)), {}).values()}
+    return f"the first {max(counts)} usable test utterances" if counts else "none measured"
+
+
 def _escape(text: str) -> str:
     # A pipe or backtick inside an error message would break the Markdown table/code span.
     return text.replace("|", "\\|").replace("`", "'")
@@ -180,7 +198,7 @@ def render_report(
 ) -> str:
     """The full ``report.md`` text: findings, tables with intervals, settings, notes and plots."""
     if analysis is None:
-        analysis = analyze(results, list(WER_SETTINGS))
+        analysis = analyze(results, list(ALL_WER_METRICS))
     schemes = scheme_order(results)
     frame_ms, from_config = encoder_frame_ms(results)
     parts = [f"# {title}", "", f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", ""]
@@ -210,6 +228,9 @@ def render_report(
         "Probe passages: sentences by test voices joined with short pauses, 20 per target length "
         f"(within 8% of it); training utterances are 1-6 s. `{NOT_APPLICABLE}`: the scheme's learned "
         "position table is shorter than the passage.", "",
+        *translation_section(analysis, results, schemes, TRANSLATION_METRICS, (SHIFT_CHUNK, SHIFT_LEFT),
+                             _translation_utts(analysis)),
+        *rel_shift_section(analysis, rel_shift_rows(frame_ms)),
         "## Runs", "", markdown_table(results), "",
         "Step time is the mean training step (forward, backward, optimizer; data loading and validation "
         "excluded); Steps are those behind the evaluated checkpoint; peak RSS covers the training process and "

@@ -6,6 +6,8 @@ SentencePiece: trained with pad_id=0 (<blank>) and unk_id=1, no bos/eos; the
 wrapper appends <sos/eos> after the pieces, so vocab_size = pieces + 1 and every
 id follows from the `.model` file. Char units: `units.txt` lists `unit id` lines
 that already contain <blank>, <unk> and <sos/eos>; "▁" stands for a space.
+Wenet's BPE layout (an imported Wenet model): ids from `units.txt`, pieces from its
+`bpe.model`.
 """
 
 from __future__ import annotations
@@ -96,15 +98,42 @@ class CharTokenizer:
         return self.id_to_unit[int(i)]
 
 
+class UnitsBpeTokenizer(CharTokenizer):
+    """Ids from `units.txt`, pieces from a sentencepiece model (Wenet's BPE layout).
+
+    Wenet's English models list their pieces in `units.txt` (<blank> 0, <unk> 1, ...,
+    <sos/eos> last) and split text with a `bpe.model` trained without those specials, so
+    the ids are the units file's, not the sentencepiece model's. Text is upper-cased before
+    splitting, as Wenet does; a piece missing from the units maps to <unk>.
+    """
+
+    def __init__(self, units_path: str | Path, model_path: str | Path) -> None:
+        super().__init__(units_path)
+        self.model_path = Path(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_path))
+
+    def encode(self, text: str) -> list[int]:
+        pieces = self.sp.encode(" ".join(text.upper().split()), out_type=str)
+        return [self.units.get(p, self.unk_id) for p in pieces]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        specials = (self.blank_id, self.unk_id, self.sos_eos_id)
+        pieces = [self.id_to_unit[int(i)] for i in ids if int(i) not in specials and int(i) in self.id_to_unit]
+        return "".join(pieces).replace(SPACE, " ").strip()
+
+
 def load_tokenizer(path: str | Path) -> SentencePieceTokenizer | CharTokenizer:
-    """A tokenizer from a `.model` file, a `units.txt` file, or a folder holding one of them."""
+    """A tokenizer from a `.model` file, a `units.txt` file, or a folder holding one of them
+    (a folder with both is Wenet's BPE layout: :class:`UnitsBpeTokenizer`)."""
     path = Path(path)
     if path.is_dir():
         models = sorted(path.glob("*.model"))
-        if len(models) == 1:
-            return SentencePieceTokenizer(models[0])
         if len(models) > 1:
             raise ValueError(f"{path} holds several sentencepiece models {[m.name for m in models]}; pass one")
+        if models and (path / "units.txt").is_file():
+            return UnitsBpeTokenizer(path / "units.txt", models[0])
+        if models:
+            return SentencePieceTokenizer(models[0])
         if (path / "units.txt").is_file():
             return CharTokenizer(path / "units.txt")
         raise FileNotFoundError(f"no *.model or units.txt in {path}")
@@ -132,6 +161,8 @@ def train_sentencepiece(
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.model"):
         old.unlink()  # load_tokenizer picks the single model in the folder
+    # A units.txt beside the model would make the folder read as Wenet's BPE layout.
+    (out_dir / "units.txt").unlink(missing_ok=True)
     # streamed to disk one line at a time: `texts` may be a lazy pass over a large manifest
     text_file = out_dir / "train_text.txt"
     lines = 0

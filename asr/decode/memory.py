@@ -103,7 +103,7 @@ def estimate_encode_bytes(model, batch: int, frames: int, chunk_size: int = 0, l
     enc = model.encoder
     vocab = model.ctc_proj.out_features
     out_frames = int(enc.output_length(frames))
-    b, d, h = batch, shape.d_model, shape.heads
+    b, d = batch, shape.d_model
     outputs = b * out_frames * (2 * d + 2 * vocab) * FLOAT  # encoder output, CTC logits and log-probs
     if streams_chunks(chunk_size, left_chunks, out_frames):
         # One utterance at a time through stream_step: a chunk's working set, its cache and a piece.

@@ -1,1 +1,2 @@
-"""Other toolkits' formats and runtimes: exports that other runtimes run (sherpa-onnx)."""
+"""Other toolkits' models and runtimes, in and out: the Wenet importer (``asr.interop.wenet``) and the
+sherpa-onnx export (``asr.interop.sherpa_onnx``), with their checks."""

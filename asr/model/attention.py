@@ -71,6 +71,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         mask: Optional[Tensor] = None,
         cache: Optional[tuple[Tensor, Tensor]] = None,
+        start_time: int | Tensor = 0,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Self-attention from the C new frames to the M cached plus C new frames.
 
@@ -79,6 +80,10 @@ class MultiHeadAttention(nn.Module):
             mask: None or bool (B, C, K) / (B, 1, K), True = may attend; K = M + C.
             cache: None or (k, v), each (B, H, M, Dh): projected per-head keys and
                 values of the previous frames (rope: before rotation).
+            start_time: absolute stream time of the first new frame (int, or (B,) int
+                tensor for rows at different times); only a scorer with ``absolute_keys``
+                (wenet_rel) reads it, the others are translation invariant or take their
+                positions at the input.
         Returns:
             out (B, C, D) and the new cache (k, v), each (B, H, K, Dh) = cache + new;
             the caller trims it to the left context it keeps.
@@ -95,6 +100,8 @@ class MultiHeadAttention(nn.Module):
                 )
             k = torch.cat((k_cache, k), dim=2)  # (B, H, K, Dh)
             v = torch.cat((v_cache, v), dim=2)  # (B, H, K, Dh)
+        if self.scorer.absolute_keys:
+            return self._merge(self.scorer(q, k, v, mask, start_time=start_time)), (k, v)
         return self._merge(self.scorer(q, k, v, mask)), (k, v)
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:

@@ -53,6 +53,10 @@ class ConformerEncoder(nn.Module):
         xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
         online_cmn_frames: > 0: normalize each utterance by its running mean, the global mean
             counting as this many frames (see :class:`OnlineCmn`); 0: global CMVN alone.
+        conv_norm: the conv module's norm, ``layer_norm`` or ``none`` (see
+            :class:`~asr.model.conformer.ConvModule`).
+        conv_causal_pad: where a causal conv module's left context lives, ``depthwise``
+            or ``input`` (Wenet's); see :class:`~asr.model.conformer.ConvModule`.
         **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
     """
 
@@ -71,6 +75,8 @@ class ConformerEncoder(nn.Module):
         dropout: float = 0.0,
         xscale: bool = True,
         online_cmn_frames: float = 0.0,
+        conv_norm: str = "layer_norm",
+        conv_causal_pad: str = "depthwise",
         **scheme_options,
     ) -> None:
         super().__init__()
@@ -88,7 +94,8 @@ class ConformerEncoder(nn.Module):
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
         self.scheme = build_position_scheme(pos_enc, d_model, num_heads, **scheme_options)
         self.blocks = nn.ModuleList(
-            ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout)
+            ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout, conv_norm,
+                           conv_causal_pad)
             for _ in range(num_layers)
         )
         self.dropout = nn.Dropout(dropout)
@@ -153,7 +160,8 @@ class ConformerEncoder(nn.Module):
         return torch.cat(pieces, dim=1) * self.scale  # (B, T', D)
 
     def forward(
-        self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1
+        self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1,
+        start_time: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode a padded batch, full context or with a chunk mask.
 
@@ -162,6 +170,8 @@ class ConformerEncoder(nn.Module):
             lengths: (B,) valid frames per row.
             chunk_size: C encoder frames per chunk; 0 = full context.
             left_chunks: chunks of left context, -1 = unlimited.
+            start_time: absolute encoder time of the first frame (default 0): what a stream whose
+                clock starts there (``init_state(start_time=...)``) computes, chunk for chunk.
         Returns:
             out (B, T', D) and out_lens (B,) int64; frames past out_lens are padding.
         """
@@ -176,18 +186,26 @@ class ConformerEncoder(nn.Module):
             feats = norm(feats)  # causal: the zero padding after a row never reaches its frames
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
-        x = self.dropout(self.scheme.embed_input(x, 0))
+        x = self.dropout(self.scheme.embed_input(x, start_time))
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
         mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks)
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
-            x, _, _ = block(x, mask, pad)
+            x, _, _ = block(x, mask, pad, start_time=start_time)
         return self.norm(x), out_lens
 
     # ---- streaming -------------------------------------------------------------
 
-    def init_state(self, batch_size: int, chunk_size: int, left_chunks: int = -1) -> StreamState:
-        """Fresh state for ``batch_size`` lock-step streams (see ``asr.streaming.state``)."""
+    def init_state(self, batch_size: int, chunk_size: int, left_chunks: int = -1, start_time: int = 0) -> StreamState:
+        """Fresh state for ``batch_size`` lock-step streams (see ``asr.streaming.state``).
+
+        ``start_time``: absolute encoder time of the stream's first frame (default 0). A
+        later clock is a stream that has already run that long (the ablation's translation
+        probe): relative schemes give the same output at any clock once the left context is
+        bounded; absolute ones (and wenet_rel) read their tables there.
+        """
+        if start_time < 0:
+            raise ValueError(f"start_time ({start_time}) must be >= 0.")
         if not self.causal:
             raise ValueError("streaming needs a causal conv module; this encoder was built with causal=False.")
         check_chunk_args(chunk_size, left_chunks)
@@ -196,7 +214,8 @@ class ConformerEncoder(nn.Module):
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1.")
         layers = [LayerCache() for _ in self.blocks]
-        return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers)
+        return StreamState(batch_size=batch_size, chunk_size=chunk_size, left_chunks=left_chunks, layers=layers,
+                           time=start_time)
 
     @torch.no_grad()
     def stream_step(
@@ -259,13 +278,15 @@ class ConformerEncoder(nn.Module):
         """Run one chunk (B, c, D), c <= C, at each row's absolute time through all blocks."""
         if state.row_times is None:
             x = self.scheme.embed_input(x, state.time)
+            start_time: int | torch.Tensor = state.time
         else:  # rows at different stream times (stacked streams): absolute tables differ per row
             x = torch.cat([self.scheme.embed_input(x[b : b + 1], t) for b, t in enumerate(state.row_times)])
+            start_time = torch.tensor(state.row_times, device=x.device)  # (B,)
         x = self.dropout(x)
         mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv)
+            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time)
             cache.store_attention(kv, state.cache_budget)
         state.advance_rows(x.size(1))
         return self.norm(x)
@@ -278,7 +299,8 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
     causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
-    xscale=True) or a scheme option
+    xscale=True, online_cmn_frames=0.0, conv_norm="layer_norm", conv_causal_pad="depthwise")
+    or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """
     return ConformerEncoder(pos_enc, **kwargs)

@@ -30,12 +30,13 @@ from asr.model.scorers import (
     RelXLScorer,
     RopeScorer,
     ShawScorer,
+    WenetRelScorer,
 )
 from asr.model.scorers.base import check_max_distance, per_head_dim
 from asr.model.scorers.rope import check_rope_args
 from asr.model.sinusoid import absolute_sinusoids
 
-POSITION_SCHEMES = ("rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none")
+POSITION_SCHEMES = ("rel_xl", "wenet_rel", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none")
 
 
 class PositionScheme(nn.Module):
@@ -137,6 +138,19 @@ class TransformerXLPositions(PositionScheme):
         return RelXLScorer(num_heads, head_dim, dropout)
 
 
+class WenetRelPositions(PositionScheme):
+    """Wenet's ``rel_pos`` attention as Wenet ships it: learned u, v and a projected sinusoid
+    of each KEY's absolute stream time, no rel_shift (``asr.model.scorers.wenet_rel``).
+
+    Not translation invariant: its position term reads absolute key times, so the
+    scorer is given the stream clock (``absolute_keys``)."""
+
+    name = "wenet_rel"
+
+    def make_scorer(self, num_heads: int, head_dim: int, dropout: float) -> AttentionScorer:
+        return WenetRelScorer(num_heads, head_dim, dropout)
+
+
 class _ClippedDistancePositions(PositionScheme):
     """Schemes with learned per-layer tables over clip(j - i, -k, k), k = max_distance."""
 
@@ -191,6 +205,7 @@ _SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     cls.name: cls
     for cls in (
         TransformerXLPositions,
+        WenetRelPositions,
         ShawPositions,
         SinusoidalPositions,
         LearnedPositions,

@@ -110,7 +110,7 @@ class EncoderStep(nn.Module):
         if conv_kernel < 2:
             raise ExportError(f"conv_kernel ({conv_kernel}) must be >= 2: the conv cache would be empty.")
         scheme = encoder.scheme
-        if not (scheme.is_relative or scheme.name in ("none", "abs_sin", "abs_learned")):
+        if not (scheme.is_relative or scheme.name in ("none", "abs_sin", "abs_learned", "wenet_rel")):
             raise ExportError(f"position scheme {scheme.name!r} has no exported step.")
         self.encoder = encoder.eval()
         sub = encoder.subsampling
@@ -145,7 +145,8 @@ class EncoderStep(nn.Module):
         mask = (torch.arange(M + C, device=x.device) >= (M - valid))[None, None, :]  # (1, 1, M + C)
         next_keys, next_values, next_conv = [], [], []
         for i, block in enumerate(encoder.blocks):
-            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i])  # k, v: (1, H, M + C, Dh)
+            # time (1,): the chunk's first frame; wenet_rel reads its keys' absolute times from it.
+            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i], time)  # k, v: (1, H, M + C, Dh)
             next_keys.append(k[:, :, C:])
             next_values.append(v[:, :, C:])
             next_conv.append(c)

@@ -3,7 +3,7 @@
 Each field is named exactly as its YAML key, so a value keeps one name from
 ``conf/`` through ``AsrLightningModule`` into the checkpoint's hyper-parameters:
 ``optim.scheduler`` -> :class:`SchedulerConfig`, ``streaming`` -> :class:`StreamingConfig`,
-``debug`` -> :class:`DebugConfig`. Build them with :func:`from_group`, which names the
+``finetune`` -> :class:`FinetuneConfig`, ``debug`` -> :class:`DebugConfig`. Build them with :func:`from_group`, which names the
 valid keys when a group has one the code does not know (a typo would otherwise be
 silently ignored or fail deep inside a run).
 """
@@ -40,6 +40,26 @@ class StreamingConfig:
     p_unlimited_left: float = 0.5
     val_chunk_size: int = 16
     val_left_chunks: int = -1
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """``finetune``: how a run started with ``init_from`` trains (``asr.train.init_from``).
+
+    ``keep_architecture``: build the source checkpoint's model (true) or this config's (false);
+    ``freeze_encoder_steps``: the encoder is not updated for the first N optimizer steps;
+    ``encoder_lr``: the encoder's own peak learning rate (None: the optimizer's ``lr``), on
+    the same schedule as the rest."""
+
+    keep_architecture: bool = True
+    freeze_encoder_steps: int = 0
+    encoder_lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.freeze_encoder_steps < 0:
+            raise ValueError(f"finetune.freeze_encoder_steps ({self.freeze_encoder_steps}) must be >= 0.")
+        if self.encoder_lr is not None and not self.encoder_lr >= 0:
+            raise ValueError(f"finetune.encoder_lr ({self.encoder_lr}) must be >= 0 (or null).")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from torch import nn
 from asr.decode import decode_batch
 from asr.train.checkpoint import TOKENIZER_KEY
 from asr.train.chunks import DynamicChunkSampler
-from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig
+from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
 
@@ -48,8 +48,9 @@ class AsrLightningModule(pl.LightningModule):
             ``asr.train.checkpoint.load_model`` can rebuild the model without Hydra.
         tokenizer_files: ``asr.train.checkpoint.pack_tokenizer`` output, stored in every
             checkpoint so it decodes to text wherever it is copied.
+        finetune: the ``finetune`` group: encoder frozen for the first N steps, encoder lr.
 
-    ``scheduler``, ``streaming`` and ``seed`` are saved as hyper-parameters under those
+    ``scheduler``, ``streaming``, ``finetune`` and ``seed`` are saved as hyper-parameters under those
     names with their YAML keys (``asr.train.config``), beside ``build_info``.
     """
 
@@ -64,13 +65,16 @@ class AsrLightningModule(pl.LightningModule):
         debug: DebugConfig = DebugConfig(),
         build_info: dict | None = None,
         tokenizer_files: dict | None = None,
+        finetune: FinetuneConfig = FinetuneConfig(),
     ) -> None:
         super().__init__()
         if streaming.val_chunk_size < 0:
             raise ValueError(f"val_chunk_size ({streaming.val_chunk_size}) must be >= 0 (0 disables it).")
         self.save_hyperparameters(
-            {**(build_info or {}), "scheduler": asdict(scheduler), "streaming": asdict(streaming), "seed": seed}
+            {**(build_info or {}), "scheduler": asdict(scheduler), "streaming": asdict(streaming), "seed": seed,
+             "finetune": asdict(finetune)}
         )
+        self.finetune = finetune
         self.model = model
         self.optimizer_factory = optimizer
         self.tokenizer = tokenizer
@@ -129,8 +133,24 @@ class AsrLightningModule(pl.LightningModule):
         self.log("train_chunk_size", float(chunk_size), batch_size=batch_size)
         return loss
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Frozen encoder: no gradient, so AdamW skips it (no update, no weight decay, no
+        # moment) and gradient clipping measures the rest. Dropped after the DDP all-reduce,
+        # so every rank agrees; the encoder's backward still runs.
+        if self.global_step < self.finetune.freeze_encoder_steps:
+            for p in self.model.encoder.parameters():
+                p.grad = None
+
+    def _parameter_groups(self) -> list[dict] | Any:
+        """All parameters, or with ``finetune.encoder_lr`` two groups: the encoder's at its own peak lr."""
+        if self.finetune.encoder_lr is None:
+            return self.model.parameters()
+        encoder = {id(p) for p in self.model.encoder.parameters()}
+        rest = [p for p in self.model.parameters() if id(p) not in encoder]
+        return [{"params": list(self.model.encoder.parameters()), "lr": self.finetune.encoder_lr}, {"params": rest}]
+
     def configure_optimizers(self) -> dict:
-        optimizer = self.optimizer_factory(params=self.model.parameters())
+        optimizer = self.optimizer_factory(params=self._parameter_groups())
         config = self.scheduler_config
         if config.kind == "cosine" and config.total_steps is None:
             estimated = self.trainer.estimated_stepping_batches

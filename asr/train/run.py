@@ -4,7 +4,7 @@ This is the plain function behind ``scripts/train.py`` (which only adds ``@hydra
 tests call it with the real configs shrunk. Hydra builds objects only at the seams
 (data module, optimizer partial, trainer, callbacks, loggers); the model is built from
 plain kwargs so a checkpoint can rebuild it without Hydra. The groups the module reads
-(``optim.scheduler``, ``streaming``, ``debug``) reach it as ``asr.train.config`` objects
+(``optim.scheduler``, ``streaming``, ``finetune``, ``debug``) reach it as ``asr.train.config`` objects
 whose fields are the YAML keys. The ``features`` group (``asr.data.features.FeatureConfig``)
 goes to the data module and into the checkpoint, and must match the CMVN stats' options.
 """
@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
-from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig, from_group
+from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
+from asr.train.init_from import check_source_features, finetune_model_kwargs, load_source_weights, read_source
 from asr.train.module import AsrLightningModule
 
 
@@ -83,7 +84,8 @@ def run_features(cfg: DictConfig) -> FeatureConfig:
 
 
 def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrLightningModule:
-    """The model (CMVN filled from ``cmvn_path``) wrapped in the LightningModule."""
+    """The model (CMVN filled from ``cmvn_path``, or the ``init_from`` checkpoint's weights and
+    CMVN) wrapped in the LightningModule."""
     from asr.model.asr_model import build_asr_model
 
     features = run_features(cfg)
@@ -91,12 +93,24 @@ def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrL
         OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.pos_enc, resolve=True),
         tokenizer,
     )
+    finetune = from_group(FinetuneConfig, cfg.get("finetune"))
+    source = read_source(cfg.init_from) if cfg.get("init_from") else None
+    if source is not None:
+        check_source_features(source, features)
+        if finetune.keep_architecture:
+            model_kwargs = finetune_model_kwargs(source, model_kwargs)
     input_dim = model_kwargs["encoder_kwargs"].get("input_dim", features.num_mel_bins)
     if input_dim != features.num_mel_bins:
         raise ValueError(f"model.encoder.input_dim ({input_dim}) differs from features.num_mel_bins "
                          f"({features.num_mel_bins}).")
     model = build_asr_model(**model_kwargs)
     model.encoder.set_cmvn(*cmvn_for_features(cmvn_path, features))
+    if source is not None:
+        # After the fresh (seeded) initialization: the rows and tensors not taken from the
+        # source keep it, and no random number is drawn here (a resumed run builds the same).
+        report = load_source_weights(model, source, tokenizer)
+        print("\n".join([f"init_from {source.path} (keep_architecture={finetune.keep_architecture})",
+                         *report.lines()]))
     return AsrLightningModule(
         model=model,
         optimizer=instantiate(cfg.optim.optimizer),
@@ -105,6 +119,7 @@ def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrL
         streaming=from_group(StreamingConfig, cfg.streaming),
         seed=cfg.seed,
         debug=from_group(DebugConfig, cfg.get("debug")),
+        finetune=finetune,
         build_info={
             "model_kwargs": model_kwargs,
             "features": features.to_dict(),
@@ -190,3 +205,34 @@ def train(cfg: DictConfig) -> dict:
         (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2))
         print(format_summary(summary))
     return summary
+
+
+def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str] = (), max_cuts: int = 8000) -> Path:
+    """Compute the CMVN stats a training run with ``overrides`` reads, when they are missing.
+
+    A recipe may choose its own fbank preset and stats file (the quickstart experiment: ``features=floor``,
+    ``data.cmvn_file=cmvn_floor.json``), which ``prepare_data.py`` does not write; a driver that starts many
+    runs (the ablation) calls this once before them instead of letting every run fail on the missing file.
+    Returns the stats path (existing stats are left alone: training checks their options).
+    """
+    from hydra import compose, initialize_config_dir
+
+    from asr.data.cmvn import compute_cmvn, save_cmvn
+    from asr.data.features import FbankExtractor, training_backend
+    from asr.data.manifest import manifest_stats, read_cuts
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=[f"data.data_dir={data_dir}", *overrides])
+    cmvn_file = Path(cfg.data.cmvn_file)
+    path = cmvn_file if cmvn_file.is_absolute() else Path(data_dir) / cmvn_file
+    if path.is_file():
+        return path
+    features = FeatureConfig.from_dict(OmegaConf.to_container(cfg.features, resolve=True))
+    train_cuts = Path(data_dir) / cfg.data.train_cuts
+    if not train_cuts.is_file():
+        raise FileNotFoundError(f"{train_cuts} is missing: build the corpus first (scripts/prepare_data.py).")
+    print(f"computing {path.name} for the run's fbank options (once; at most {max_cuts} training cuts)")
+    stats = compute_cmvn(read_cuts(train_cuts, lazy=True), FbankExtractor(features, training_backend(features)),
+                         max_cuts=max_cuts, total=manifest_stats(train_cuts).cuts)
+    return save_cmvn(stats, path)

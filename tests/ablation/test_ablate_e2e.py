@@ -56,6 +56,7 @@ TINY_MODEL = [
     "model.encoder.num_layers=1", "model.encoder.ffn_dim=32", "model.encoder.conv_kernel=3",
     "model.decoder_layers=1", "model.decoder_ffn_dim=32", "streaming.max_chunk=4", "streaming.val_chunk_size=2",
     "optim.scheduler.warmup_steps=1", "trainer.log_every_n_steps=1", "logger=csv",
+    "features=legacy", "data.cmvn_file=cmvn.json",  # the stats make_corpus writes (the recipe's preset has its own)
 ]
 
 
@@ -68,8 +69,8 @@ def _rows(report: str) -> dict[str, list[str]]:
 def ablation(tmp_path_factory):
     corpus = make_corpus(tmp_path_factory.mktemp("corpus"))
     out = tmp_path_factory.mktemp("ablation")
-    argv = ["--schemes", "rel_xl,abs_sin", "--budget-steps", "4", "--val-every", "2", "--out", str(out),
-            "--data-dir", str(corpus), "--rtf-utts", "2", "--beam", "2", *TINY_MODEL]
+    argv = ["--schemes", "rel_xl,wenet_rel", "--budget-steps", "4", "--val-every", "2", "--out", str(out),
+            "--data-dir", str(corpus), "--rtf-utts", "2", "--beam", "2", "--seeds-for", "none", *TINY_MODEL]
     code = ablate.main(argv)
     return code, out, argv
 
@@ -79,7 +80,7 @@ def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
     report = (out / "report.md").read_text()
     assert code == 0, report
     rows = _rows(report)
-    assert set(rows) == {"rel_xl", "abs_sin"}
+    assert set(rows) == {"rel_xl", "wenet_rel"}
     for scheme, cells in rows.items():
         assert cells[1] == "ok", (scheme, cells)
         assert len(cells) == 2 + len(METRICS)
@@ -93,6 +94,14 @@ def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
     for name in ("learning_curves.png", "wer_intervals.png", "wer_vs_chunk.png", "wer_vs_length.png",
                  "speed_memory.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    # The translation probe and the rel_shift comparison, with numbers for both schemes.
+    probe = report.split("## Translation probe")[1].split("##")[0]
+    assert "| `rel_xl` | " in probe and "| `wenet_rel` | " in probe and "600 s - 0 s" in probe
+    section = report.split("## rel_shift or not")[1].split("\n## ")[0]
+    assert "| translation probe, clock at 600 s |" in section and "| 160 s passages, C16/L4 |" in section
+    assert "Seed spread" in section and "n/a" not in section.split("| test, rescoring, full context |")[1].split("\n")[0]
+    for run in ("rel_xl", "wenet_rel"):
+        assert (out / run / "eval" / "decode_wer_shift600.jsonl").is_file()
 
 
 def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
@@ -100,7 +109,7 @@ def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
     before = read_marker(out / "rel_xl")
     assert ablate.main(argv) == 0
     lines = capsys.readouterr().out
-    assert "rel_xl: skip" in lines and "abs_sin: skip" in lines and ": train" not in lines
+    assert "rel_xl: skip" in lines and "wenet_rel: skip" in lines and ": train" not in lines
     assert read_marker(out / "rel_xl") == before
 
 
@@ -109,7 +118,12 @@ def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys
     assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps == ablate.DEFAULT_BUDGET_STEPS
     assert args.train_timeout_minutes == 2 * ablate.DEFAULT_BUDGET_MINUTES + 5
     assert ablate.parse_args(["--budget-minutes", "30"]).budget_steps is None
-    assert args.schemes.split(",") == ["rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"]
+    assert args.schemes.split(",") == ["rel_xl", "wenet_rel", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope",
+                                       "none"]
+    assert args.scheme_seeds == {"rel_xl": 2, "wenet_rel": 2}  # the rel_shift comparison gets a seed spread
+    assert ablate.parse_args(["--seeds-for", "none"]).scheme_seeds == {}
+    with pytest.raises(SystemExit):
+        ablate.parse_args(["--seeds-for", "rel_xl:2"])
     assert ablate.parse_args(["--budget-steps", "60"]).val_every == 12
     with pytest.raises(SystemExit):
         ablate.parse_args(["rel_xl"])

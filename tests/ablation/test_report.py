@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from asr.ablation.analysis import records_path
-from asr.ablation.evaluate import NOT_APPLICABLE, WER_SETTINGS
+from asr.ablation.evaluate import ALL_WER_METRICS, NOT_APPLICABLE
 from asr.ablation.plots import write_plots
 from asr.ablation.report import markdown_table, write_report
 from asr.ablation.results import METRIC_KEYS, METRICS, SchemeResult, failed_result
@@ -123,7 +123,7 @@ def _measured_run(tmp_path: Path, scheme: str, errors: list[int], seed: int = 0)
     run_dir = tmp_path / (scheme if seed == 0 else f"{scheme}-seed{seed}")
     result = _ok(scheme, 10.0)
     result.run_dir, result.seed = str(run_dir), seed
-    for metric in WER_SETTINGS:
+    for metric in ALL_WER_METRICS:
         _records(run_dir, metric, errors)
     return result
 
@@ -174,3 +174,32 @@ def test_seeds_are_pooled_and_their_spread_shown(tmp_path: Path) -> None:
     assert main["rel_xl"][2].startswith(f"{(wer_a + wer_b) / 2:.2f} [")  # pooled = mean of the seeds
     assert f"`rel_xl` {wer_a:.2f}-{wer_b:.2f} (2 seeds)" in text
     assert "One training seed per scheme" not in text
+
+
+def test_rel_shift_section_pairs_wenet_rel_with_rel_xl_and_the_probe_table_every_scheme(tmp_path: Path) -> None:
+    base = [1, 2, 0, 3] * 15
+    worse = [e + 1 for e in base]
+    results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "rel_xl", base, seed=1),
+               _measured_run(tmp_path, "wenet_rel", base), _measured_run(tmp_path, "wenet_rel", base, seed=1),
+               _measured_run(tmp_path, "abs_sin", base)]
+    # wenet_rel loses one error per utterance at 600 s (seed 1 only: pooled, +0.5 a line); abs_sin at 60 and 600 s.
+    _records(tmp_path / "wenet_rel-seed1", "wer_shift600", worse)
+    for offset in (60, 600):
+        _records(tmp_path / "abs_sin", f"wer_shift{offset}", worse)
+    text = write_report(tmp_path, results, {})[0].read_text()
+    section = text.split("## rel_shift or not")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| ") and "---" not in line}
+    assert rows["translation probe, clock at 600 s"][3] == "+5.00 [+5.00, +5.00], p<0.001"
+    assert rows["test, rescoring, full context"][3].startswith("+0.00 [+0.00, +0.00]")
+    assert rows["translation probe, clock at 0 s"][5] == "15.00, 15.00"  # each seed's WER
+    assert "C4/L16 (160 ms)" in section and "160 s passages, C16/L4" in section
+    assert "worse than `rel_xl` (interval excludes zero) on: translation probe, clock at 600 s (+5.00)" in section
+    probe = _table_rows(text.split("## Translation probe")[1].split("\n\n")[2])
+    assert probe["rel_xl"][-1].startswith("+0.00") and probe["abs_sin"][-1].startswith("+10.00 [+10.00, +10.00]")
+    assert probe["abs_sin"][2].startswith("25.00 [") and probe["wenet_rel"][3].startswith("20.00 [")
+
+
+def test_rel_shift_section_says_when_a_scheme_is_missing(tmp_path: Path) -> None:
+    text = write_report(tmp_path, [_measured_run(tmp_path, "rel_xl", [1, 2] * 10)], {})[0].read_text()
+    assert "lacks a finished `rel_xl` or `wenet_rel` run" in text

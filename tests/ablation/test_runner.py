@@ -104,7 +104,7 @@ def test_evaluation_error_fails_only_that_scheme(tmp_path: Path) -> None:
 
 
 def test_settings_reject_unknown_schemes(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="valid schemes: rel_xl, shaw"):
+    with pytest.raises(ValueError, match="valid schemes: rel_xl, wenet_rel, shaw"):
         AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl", "alibi"), budget_steps=1)
     with pytest.raises(ValueError, match="budget_steps or budget_minutes"):
         AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl",)).job("rel_xl", None)
@@ -162,3 +162,17 @@ def test_seeds_train_one_run_per_seed_in_its_own_folder(tmp_path: Path) -> None:
     assert [r.seed for r in rebuilt.report_only()] == [7, 8, 7, 8] and again.jobs == []
     with pytest.raises(ValueError, match=r"seeds \(0\)"):
         AblationSettings(out_dir=tmp_path, data_dir="d", seeds=0, budget_steps=1)
+
+
+def test_some_schemes_get_more_seeds(tmp_path: Path) -> None:
+    settings = AblationSettings(out_dir=tmp_path, data_dir="d", schemes=("rel_xl", "shaw", "wenet_rel"), seed=0,
+                                scheme_seeds={"rel_xl": 2, "wenet_rel": 3, "rope": 2}, budget_steps=1)
+    assert [(s, seed, d.name) for s, seed, d in settings.runs()] == [
+        ("rel_xl", 0, "rel_xl"), ("rel_xl", 1, "rel_xl-seed1"), ("shaw", 0, "shaw"), ("wenet_rel", 0, "wenet_rel"),
+        ("wenet_rel", 1, "wenet_rel-seed1"), ("wenet_rel", 2, "wenet_rel-seed2"),
+    ]  # rope is not run: its extra seeds do not make it run
+    assert settings.describe()["scheme_seeds"] == "rel_xl=2,wenet_rel=3"
+    assert AblationSettings(out_dir=tmp_path, data_dir="d", seeds=3, scheme_seeds={"shaw": 2},
+                            budget_steps=1).seeds_for("shaw") == 3  # --seeds is the floor
+    with pytest.raises(ValueError, match="per-scheme seeds"):
+        AblationSettings(out_dir=tmp_path, data_dir="d", scheme_seeds={"alibi": 2}, budget_steps=1)

@@ -19,7 +19,10 @@ def test_sentencepiece_ids_from_model_file(spm_dir, tiny_texts):
 
 
 def test_bpe(tiny_texts, tmp_path):
+    (tmp_path / "units.txt").write_text("<blank> 0\n<unk> 1\n<sos/eos> 2\n")  # a stale char tokenizer's
     path = train_sentencepiece(tiny_texts * 3, tmp_path, vocab_size=40, model_type="bpe")
+    # Removed: a folder with units.txt beside a .model reads as Wenet's BPE layout.
+    assert not (tmp_path / "units.txt").exists() and isinstance(load_tokenizer(tmp_path), SentencePieceTokenizer)
     tok = load_tokenizer(path)
     assert tok.decode(tok.encode(tiny_texts[0])) == tiny_texts[0]
     with pytest.raises(ValueError, match="wordpiece"):

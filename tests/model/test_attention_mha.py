@@ -40,7 +40,8 @@ def test_chunk_by_chunk_with_cache_equals_masked_full_call(name, chunk, left_chu
     for start in range(0, t, chunk):
         piece = x[:, start : start + chunk]
         m = 0 if cache is None else cache[0].size(2)
-        out, cache = mha(piece, torch.ones(2, piece.size(1), m + piece.size(1), dtype=torch.bool), cache)
+        # start_time: the absolute time of the piece (only wenet_rel reads it: absolute key times).
+        out, cache = mha(piece, torch.ones(2, piece.size(1), m + piece.size(1), dtype=torch.bool), cache, start)
         assert cache[0].shape == (2, H, m + piece.size(1), D // H)
         keep = cache[0].size(2) if left_chunks < 0 else left_chunks * chunk
         cache = tuple(c[:, :, c.size(2) - keep :] for c in cache) if keep > 0 else None
@@ -60,7 +61,9 @@ def test_padding_does_not_change_valid_frames(name):
 
 
 RELATIVE = [n for n in POSITION_SCHEMES if build_position_scheme(n, D, H).is_relative]
-ABSOLUTE = ["abs_sin", "abs_learned"]
+# Schemes whose output depends on absolute time: abs_* add their table at the input,
+# wenet_rel scores each key's absolute time inside the attention.
+ABSOLUTE = ["abs_sin", "abs_learned", "wenet_rel"]
 # "none" is in neither list: without positions nothing can tell two times apart.
 
 
@@ -106,16 +109,18 @@ def test_bad_inputs_raise_with_shapes():
         MultiHeadAttention(10, 4, build_position_scheme("none", 12, 4))
 
 
-@pytest.mark.parametrize("name", ["rel_xl", "shaw", "rel_bias", "rope"])
+@pytest.mark.parametrize("name", ["rel_xl", "wenet_rel", "shaw", "rel_bias", "rope"])
 def test_relative_schemes_have_no_length_limit(name):
-    """T' = 6000 offline in one call; the last query row equals a C = 1 streaming call."""
+    """T' = 6000 offline in one call; the last query row equals a C = 1 streaming call
+    (wenet_rel's table is computed for the times asked too: no 5000-frame limit)."""
     torch.manual_seed(0)
     heads, dh, t = 4, 4, 6000
     scorer = build_position_scheme(name, heads * dh, heads).make_scorer(heads, dh, 0.0).eval()
     q, k, v = (torch.randn(1, heads, t, dh) for _ in range(3))
     with torch.no_grad():
+        time = {"start_time": t - 1} if scorer.absolute_keys else {}  # the last query's time
         full = scorer(q, k, v, None)
-        last = scorer(q[:, :, -1:], k, v, None)
+        last = scorer(q[:, :, -1:], k, v, None, **time)
     assert full.shape == (1, heads, t, dh) and torch.isfinite(full).all()
     torch.testing.assert_close(full[:, :, -1:], last, rtol=1e-4, atol=1e-5)
 

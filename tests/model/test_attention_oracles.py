@@ -190,7 +190,7 @@ def test_plain_sdpa_path_equals_reference(name, c, k):
     torch.testing.assert_close(s(q, keys, v, None), softmax_reference(logits, v, None) @ v)
 
 
-ALL = ["rel_xl", "shaw", "rel_bias", "rope", "abs_sin", "abs_learned", "none"]
+ALL = ["rel_xl", "wenet_rel", "shaw", "rel_bias", "rope", "abs_sin", "abs_learned", "none"]
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -10,10 +10,10 @@ torch.set_num_threads(1)
 D = 16
 
 
-@pytest.fixture(scope="module")
-def causal_conv():
+@pytest.fixture(scope="module", params=["depthwise", "input"])
+def causal_conv(request):
     torch.manual_seed(0)
-    return ConvModule(D, kernel=5, causal=True).eval()
+    return ConvModule(D, kernel=5, causal=True, causal_pad=request.param).eval()
 
 
 def test_causal_conv_ignores_future(causal_conv):
@@ -50,7 +50,35 @@ def test_conv_padding_is_invisible(causal):
     assert torch.allclose(y[:, :6], alone, atol=1e-6)
 
 
+def test_input_pad_is_zero_frames_before_the_module():
+    """causal_pad='input' (Wenet's): the left context is kernel-1 zero INPUT frames, which go through
+    the pointwise conv and GLU like real frames; the default pads the depthwise input with zeros."""
+    torch.manual_seed(0)
+    wenet = ConvModule(D, kernel=5, causal=True, causal_pad="input").eval()
+    ours = ConvModule(D, kernel=5, causal=True).eval()
+    ours.load_state_dict(wenet.state_dict())
+    x = torch.randn(2, 7, D)
+    y, _ = wenet(x)
+    prefixed, _ = ours(torch.cat([torch.zeros(2, 4, D), x], 1))
+    torch.testing.assert_close(y, prefixed[:, 4:])
+    assert (y[:, 0] - ours(x)[0][:, 0]).abs().max() > 1e-4  # the two pads differ at the start
+    # Padded frames are zeroed at the input: invisible to the valid (earlier) frames.
+    padded, _ = wenet(torch.cat([x, torch.randn(2, 3, D)], 1), pad_mask=torch.arange(10)[None] < 7)
+    torch.testing.assert_close(padded[:, :7], y)
+
+
+def test_conv_norm_none_is_no_normalization():
+    conv = ConvModule(D, kernel=3, causal=True, norm="none")
+    assert isinstance(conv.norm, torch.nn.Identity) and not list(conv.norm.parameters())
+
+
 def test_conv_module_args():
+    with pytest.raises(ValueError, match="batch_norm"):
+        ConvModule(D, kernel=3, causal=True, norm="batch_norm")
+    with pytest.raises(ValueError, match="needs causal=True"):
+        ConvModule(D, kernel=3, causal=False, causal_pad="input")
+    with pytest.raises(ValueError, match="conv_causal_pad"):
+        ConvModule(D, kernel=3, causal=True, causal_pad="left")
     with pytest.raises(ValueError, match="odd"):
         ConvModule(D, kernel=4, causal=False)
     with pytest.raises(ValueError, match="conv_kernel"):

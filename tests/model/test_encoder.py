@@ -22,7 +22,7 @@ def test_defaults_and_shapes():
     enc = build_encoder()
     assert (enc.output_size, enc.subsampling_rate, enc.right_context) == (144, 4, 6)
     assert enc.cmvn_mean.shape == (80,) and torch.all(enc.cmvn_istd == 1)
-    assert set(POSITION_SCHEMES) == {"rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"}
+    assert set(POSITION_SCHEMES) == {"rel_xl", "wenet_rel", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"}
     enc = tiny("rel_xl", subsampling=6)
     out, lens = enc(torch.randn(3, 70, F), torch.tensor([70, 40, 11]))
     assert out.shape == (3, 10, 16) and lens.tolist() == [10, 5, 1] and lens.dtype == torch.int64

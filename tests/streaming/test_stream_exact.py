@@ -100,3 +100,37 @@ def test_grid_covers_everything():
     for name in POSITION_SCHEMES:
         assert {p for n, _, _, p, _ in GRID if n == name} == set(PATTERNS)
         assert {b for n, _, _, _, b in GRID if n == name} == {1, 3}
+
+
+@pytest.mark.parametrize("pos_enc", ["wenet_rel", "abs_sin"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_wenet_layout_streams_exactly(pos_enc, pattern):
+    """An imported Wenet model's layout (conv left context in input space, no conv norm) streams exactly too."""
+    torch.manual_seed(0)
+    enc = build_encoder(pos_enc, input_dim=F, d_model=16, num_heads=2, num_layers=2, ffn_dim=32, conv_kernel=5,
+                        conv_norm="none", conv_causal_pad="input").eval()
+    feats = torch.randn(2, T, F)
+    with torch.no_grad():
+        expected, _ = enc(feats, torch.full((2,), T), 4, 2)
+        got = stream(enc, feats, 4, 2, pieces_for(pattern, T, 3), final_empty=False)
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+
+
+@pytest.mark.parametrize("pos_enc", POSITION_SCHEMES)
+def test_stream_with_a_late_clock_equals_the_forward_at_that_time(encoders, pos_enc):
+    """A stream started at clock 600 s (init_state(start_time=15000)) == forward(start_time=15000)."""
+    enc = encoders[pos_enc] if pos_enc != "abs_learned" else None
+    if enc is None:  # its 64-row table cannot reach 600 s: a long one
+        torch.manual_seed(0)
+        enc = build_encoder("abs_learned", input_dim=F, d_model=16, num_heads=2, num_layers=2, ffn_dim=32,
+                            conv_kernel=5, max_len=16000).eval()
+    feats = torch.randn(2, T, F)
+    with torch.no_grad():
+        expected, _ = enc(feats, torch.full((2,), T), 4, 2, start_time=15000)
+        state = enc.init_state(2, 4, 2, start_time=15000)
+        got, _ = enc.stream_step(feats, state, final=True)
+        at_zero, _ = enc(feats, torch.full((2,), T), 4, 2)
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+    assert state.time == 15000 + 40
+    if pos_enc in ("abs_sin", "abs_learned", "wenet_rel"):
+        assert not torch.allclose(expected, at_zero, atol=1e-3)

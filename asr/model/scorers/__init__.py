@@ -5,6 +5,7 @@ from asr.model.scorers.rel_bias import RelBiasScorer
 from asr.model.scorers.rel_xl import RelXLScorer, rel_shift, rel_shift_gather
 from asr.model.scorers.rope import RopeScorer
 from asr.model.scorers.shaw import ShawScorer
+from asr.model.scorers.wenet_rel import WenetRelScorer
 
 __all__ = [
     "AttentionScorer",
@@ -13,6 +14,7 @@ __all__ = [
     "RelXLScorer",
     "RopeScorer",
     "ShawScorer",
+    "WenetRelScorer",
     "rel_shift",
     "rel_shift_gather",
 ]

@@ -95,6 +95,17 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, queries_last: bool = True) -> tup
     return b, h, c, kk, dh
 
 
+def xl_position_parameters(num_heads: int, head_dim: int) -> tuple[nn.Linear, nn.Parameter, nn.Parameter]:
+    """Transformer-XL's learned position parameters (rel_xl, wenet_rel): a bias-free
+    ``linear_pos`` (D -> D) for the sinusoid table and ``pos_bias_u``, ``pos_bias_v`` (H, Dh),
+    Xavier-initialised as Wenet does."""
+    d_model = num_heads * head_dim
+    u, v = nn.Parameter(torch.empty(num_heads, head_dim)), nn.Parameter(torch.empty(num_heads, head_dim))
+    nn.init.xavier_uniform_(u)
+    nn.init.xavier_uniform_(v)
+    return nn.Linear(d_model, d_model, bias=False), u, v
+
+
 class AttentionScorer(nn.Module):
     """Per-layer attention core: per-head q, k, v in, per-head output out.
 
@@ -112,6 +123,9 @@ class AttentionScorer(nn.Module):
     # path of asr.model.scorers.blocked for long calls: what the decoding memory guard assumes.
     explicit_logits = True
     has_blocked_path = False
+    # The logits depend on the keys' absolute stream time (wenet_rel): ``forward`` then
+    # takes ``start_time``, the absolute time of the first query (int or (B,) tensor).
+    absolute_keys = False
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__()

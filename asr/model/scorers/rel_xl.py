@@ -24,14 +24,13 @@ backward. The window of block n starts ``(nb-1-n) * c`` rows into P.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from asr.model.scorers.attend import attend
-from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask
+from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.sinusoid import sinusoid_table
 
@@ -158,12 +157,7 @@ class RelXLScorer(AttentionScorer):
         if query_block <= 0:
             raise ValueError(f"query_block ({query_block}) must be > 0.")
         self.query_block = query_block
-        d_model = num_heads * head_dim
-        self.linear_pos = nn.Linear(d_model, d_model, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.empty(num_heads, head_dim))
-        self.pos_bias_v = nn.Parameter(torch.empty(num_heads, head_dim))
-        nn.init.xavier_uniform_(self.pos_bias_u)
-        nn.init.xavier_uniform_(self.pos_bias_v)
+        self.linear_pos, self.pos_bias_u, self.pos_bias_v = xl_position_parameters(num_heads, head_dim)
 
     def position_keys(self, queries: int, keys: int, like: Tensor) -> Tensor:
         """P = W_R R for r = K-1 down to -(C-1): (H, Dh, K+C-1), dtype/device of ``like``."""

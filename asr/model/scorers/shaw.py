@@ -15,7 +15,6 @@ not an index gather / scatter (``asr.model.scorers.band``).
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch import Tensor, nn

@@ -1,0 +1,108 @@
+"""The report's "rel_shift or not" section and the translation-probe table.
+
+``rel_xl`` and ``wenet_rel`` share everything (learned u and v, a bias-free projection of a
+sinusoid table, the same (q + u) . k term) except what the position term reads: the query-key
+distance i - j (a real rel_shift) or the key's absolute stream time (Wenet's rel_pos, which
+comments rel_shift out). Every comparison here is paired over the same utterances, with each
+scheme's seeds pooled (``asr.ablation.analysis``); a sentence ranks them only when the 95%
+interval of the difference excludes zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from asr.ablation.analysis import Analysis, format_difference, format_interval, group_runs, read_records
+from asr.ablation.results import SchemeResult
+from asr.ablation.stats import PairedDifference, align_records, paired_difference, pool_seeds
+
+RELATIVE, ABSOLUTE_KEYS = "rel_xl", "wenet_rel"
+
+
+def _pooled_difference(runs_a: Sequence[SchemeResult], metric_a: str, runs_b: Sequence[SchemeResult],
+                       metric_b: str) -> PairedDifference | None:
+    """WER(a on metric_a) - WER(b on metric_b), paired over the utterances both scored, seeds pooled (percent)."""
+    records_a = [r for r in (read_records(run.run_dir, metric_a) for run in runs_a) if r]
+    records_b = [r for r in (read_records(run.run_dir, metric_b) for run in runs_b) if r]
+    if not records_a or not records_b:
+        return None
+    keys, errors, words = align_records(records_a + records_b)
+    if not keys or words.sum() <= 0:
+        return None
+    n = len(records_a)
+    d = paired_difference(pool_seeds(errors[:n]), pool_seeds(errors[n:]), words)
+    return PairedDifference(100 * d.difference, 100 * d.low, 100 * d.high, d.p_value)
+
+
+def _cell(analysis: Analysis, metric: str, scheme: str) -> str:
+    stats = analysis.wer(metric, scheme)
+    return format_interval(stats.wer) if stats else "n/a"
+
+
+def _seeds(analysis: Analysis, metric: str, scheme: str) -> str:
+    stats = analysis.wer(metric, scheme)
+    return ", ".join(f"{w:.2f}" for w in stats.seed_wers) if stats else "—"
+
+
+def rel_shift_section(analysis: Analysis, rows: Mapping[str, str]) -> list[str]:
+    """Markdown lines: ``rel_xl`` against ``wenet_rel`` on every measurement in ``rows`` (metric -> label)."""
+    out = ["## rel_shift or not: `rel_xl` against `wenet_rel`", "",
+           "`wenet_rel` is Wenet's `rel_pos` attention as Wenet ships it: the same learned `pos_bias_u`, "
+           "`pos_bias_v` and bias-free `linear_pos` as `rel_xl`, but its position term scores each key's "
+           "absolute stream time (Wenet comments `rel_shift` out); `rel_xl` scores the query-key distance. "
+           f"*diff*: `{ABSOLUTE_KEYS}` minus `{RELATIVE}` on the same utterances (paired bootstrap, each scheme's "
+           "seeds pooled), negative = `wenet_rel` better.", ""]
+    if analysis.wer("wer_test_rescore", RELATIVE) is None or analysis.wer("wer_test_rescore", ABSOLUTE_KEYS) is None:
+        return out + [f"Not measured: this ablation lacks a finished `{RELATIVE}` or `{ABSOLUTE_KEYS}` run.", ""]
+    header = ["Measurement", f"`{RELATIVE}` WER % [95% CI]", f"`{ABSOLUTE_KEYS}` WER % [95% CI]",
+              "diff [95% CI], p", f"seeds `{RELATIVE}`", f"seeds `{ABSOLUTE_KEYS}`"]
+    table = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    better, worse, unresolved = [], [], []
+    for metric, label in rows.items():
+        stats = analysis.wer(metric, ABSOLUTE_KEYS)
+        d = stats.versus_reference if stats else None
+        table.append(f"| {label} | {_cell(analysis, metric, RELATIVE)} | {_cell(analysis, metric, ABSOLUTE_KEYS)} | "
+                     f"{format_difference(d)} | {_seeds(analysis, metric, RELATIVE)} | "
+                     f"{_seeds(analysis, metric, ABSOLUTE_KEYS)} |")
+        if d is None:
+            continue
+        (better if d.resolved and d.difference < 0 else worse if d.resolved else unresolved).append(
+            f"{label} ({d.difference:+.2f})")
+    out += table + [""]
+    if worse:
+        out.append(f"- `{ABSOLUTE_KEYS}` is worse than `{RELATIVE}` (interval excludes zero) on: {'; '.join(worse)}.")
+    if better:
+        out.append(f"- `{ABSOLUTE_KEYS}` is better than `{RELATIVE}` (interval excludes zero) on: {'; '.join(better)}.")
+    if unresolved:
+        out.append(f"- Not resolved (the interval includes zero): {'; '.join(unresolved)}.")
+    spread = [f"`{s}` {min(v.seed_wers):.2f}-{max(v.seed_wers):.2f} ({len(v.seed_wers)} seeds)"
+              for s in (RELATIVE, ABSOLUTE_KEYS) if (v := analysis.wer("wer_test_rescore", s)) and v.seed_wers]
+    out.append(f"- Seed spread of the test WER (rescoring, lowest-highest seed): {', '.join(spread)}. The intervals "
+               "cover the choice of utterances for these trained seeds; a difference smaller than the seed spread "
+               "is about these runs more than about the schemes.")
+    return out + [""]
+
+
+def translation_section(analysis: Analysis, results: Sequence[SchemeResult], schemes: Sequence[str],
+                        metrics: Mapping[str, int], chunk: tuple[int, int], utts_note: str) -> list[str]:
+    """Markdown lines: every scheme's WER at each stream offset, and its last offset minus the first (paired)."""
+    first, last = min(metrics, key=metrics.get), max(metrics, key=metrics.get)
+    groups = group_runs(results)
+    header = ["Scheme", *(f"{s} s" for s in metrics.values()), f"{metrics[last]} s - {metrics[first]} s [95% CI], p"]
+    lines = ["## Translation probe", "",
+             f"The same test utterances ({utts_note}) decoded as C{chunk[0]}/L{chunk[1]} streams whose clock "
+             "starts at " + ", ".join(f"{s} s" for s in metrics.values()) + ": the stream state's clock is "
+             "advanced to that time (nothing is encoded for it), then a 2.56 s silent lead-in (seeded white noise at "
+             "-70 dBFS, 64 encoder frames: the whole C16/L4 memory) fills the attention cache, then the utterance; CTC "
+             "greedy over the utterance's frames. Identical audio at every offset: a relative scheme gives identical "
+             "hypotheses (tested), so a difference is the scheme reading the clock. The last column is paired over "
+             "the same utterances, seeds pooled.", "",
+             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for scheme in schemes:
+        cells = [_cell(analysis, m, scheme) if analysis.wer(m, scheme) else
+                 ("n/a: longer than its table" if scheme in analysis.not_applicable.get(m, {}) else "n/a")
+                 for m in metrics]
+        runs = groups.get(scheme, [])
+        d = _pooled_difference(runs, last, runs, first) if runs else None
+        lines.append(f"| `{scheme}` | " + " | ".join(cells) + f" | {format_difference(d)} |")
+    return lines + [""]
