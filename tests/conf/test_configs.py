@@ -13,13 +13,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from asr.model.asr_model import build_asr_model
+from asr.model.positions import POSITION_SCHEMES
 from asr.train.checkpoint import model_kwargs_from_config
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig, from_group
 from asr.train.schedule import build_scheduler
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-SCHEMES = ["rel_xl", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope", "none"]
+SCHEMES = list(POSITION_SCHEMES)  # the registry: a scheme without its conf/pos_enc file fails below
 
 
 class TinyTokenizer:
