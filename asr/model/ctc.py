@@ -14,6 +14,62 @@ import torch
 import torch.nn.functional as F
 
 
+# F.ctc_loss as one graph node for torch.compile. Its ATen kernel has no meta (shape)
+# function for tensor lengths, and with concatenated targets its second output's size
+# depends on the data, so tracing F.ctc_loss breaks the graph. With padded (B, S) targets
+# the sizes are known from the shapes alone: the negative log-likelihood (B,) and the
+# forward variables (B, T', 2S + 1) that the backward reuses. The same ATen kernels run in
+# eager mode and compiled, so both give identical numbers; the shape functions also let the
+# loss run on the meta device (tests/model/test_devices.py).
+@torch.library.custom_op("asr::ctc_nll", mutates_args=())
+def _ctc_nll(
+    log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor, target_lengths: torch.Tensor,
+    blank: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T', B, V) log-probs, (B, S) padded targets -> (nll (B,) with inf for impossible rows, log_alpha)."""
+    nll, log_alpha = torch.ops.aten._ctc_loss.Tensor(
+        log_probs, targets, input_lengths, target_lengths, blank, True
+    )
+    return nll, log_alpha
+
+
+@_ctc_nll.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, blank):
+    frames, batch, _ = log_probs.shape
+    return log_probs.new_empty(batch), log_probs.new_empty(batch, frames, 2 * targets.size(1) + 1)
+
+
+def _ctc_nll_setup(ctx, inputs, output) -> None:
+    log_probs, targets, input_lengths, target_lengths, blank = inputs
+    ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, *output)
+    ctx.blank = blank
+
+
+@torch.library.custom_op("asr::ctc_nll_backward", mutates_args=())
+def _ctc_nll_grad(
+    grad_nll: torch.Tensor, log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor, nll: torch.Tensor, log_alpha: torch.Tensor, blank: int,
+) -> torch.Tensor:
+    """d loss / d log_probs (T', B, V); zero_infinity: an impossible row (nll = inf) sends none."""
+    return torch.ops.aten._ctc_loss_backward.Tensor(
+        grad_nll, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank, True
+    )
+
+
+@_ctc_nll_grad.register_fake
+def _(grad_nll, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank):
+    return torch.empty_like(log_probs)
+
+
+def _ctc_nll_backward(ctx, grad_nll, grad_log_alpha):
+    log_probs, targets, input_lengths, target_lengths, nll, log_alpha = ctx.saved_tensors
+    grad = _ctc_nll_grad(grad_nll, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, ctx.blank)
+    return grad, None, None, None, None
+
+
+_ctc_nll.register_autograd(_ctc_nll_backward, setup_context=_ctc_nll_setup)
+
+
 def ctc_loss(
     log_probs: torch.Tensor,
     log_prob_lens: torch.Tensor,
@@ -32,19 +88,14 @@ def ctc_loss(
         scalar. Impossible alignments (too few frames) give 0, not inf
         (``zero_infinity``), so one bad utterance cannot poison a batch.
     """
-    B, U = tokens.shape
-    valid = torch.arange(U, device=tokens.device)[None, :] < token_lens[:, None]  # (B, U)
-    targets = tokens[valid]  # (sum U_b,) concatenated form: padding never reaches F.ctc_loss
-    loss = F.ctc_loss(
+    B = tokens.size(0)
+    # Padded (B, U) targets: the kernel reads row b's first token_lens[b] entries only,
+    # so the padding (made a valid id here) never counts.
+    nll, _ = _ctc_nll(
         log_probs.float().transpose(0, 1),  # (T', B, V)
-        targets,
-        log_prob_lens,
-        token_lens,
-        blank=blank_id,
-        reduction="sum",
-        zero_infinity=True,
-    )
-    return loss / B
+        tokens.clamp(min=0), log_prob_lens, token_lens, blank_id,
+    )  # (B,)
+    return torch.where(torch.isinf(nll), torch.zeros_like(nll), nll).sum() / B
 
 
 def label_smoothing_loss(

@@ -28,6 +28,7 @@ from asr.model.masks import ChunkMask, check_chunk_args, padding_mask
 from asr.model.normalization import OnlineCmn
 from asr.model.positions import build_position_scheme
 from asr.model.subsampling import Conv2dSubsampling
+from asr.model.tracing import tracing
 from asr.streaming.state import LayerCache, StreamState
 
 
@@ -179,7 +180,9 @@ class ConformerEncoder(nn.Module):
         self._check_feats(feats)
         if lengths.shape != (feats.size(0),):
             raise ValueError(f"lengths {tuple(lengths.shape)} must be ({feats.size(0)},) for feats {tuple(feats.shape)}.")
-        if lengths.numel() and int(lengths.max()) > feats.size(1):
+        if tracing():  # no host read inside a compiled graph: the kernel checks it as it runs
+            torch._assert_async((lengths <= feats.size(1)).all(), "lengths exceed the feature length")
+        elif not lengths.is_meta and lengths.numel() and int(lengths.max()) > feats.size(1):  # meta: no values
             raise ValueError(f"lengths max ({int(lengths.max())}) exceeds the feature length ({feats.size(1)}).")
         norm = self.online_cmn()
         if norm is not None:

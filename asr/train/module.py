@@ -26,6 +26,7 @@ from torch import nn
 
 from asr.decode import decode_batch
 from asr.train.checkpoint import TOKENIZER_KEY
+from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
 from asr.train.schedule import build_scheduler
@@ -49,6 +50,8 @@ class AsrLightningModule(pl.LightningModule):
         tokenizer_files: ``asr.train.checkpoint.pack_tokenizer`` output, stored in every
             checkpoint so it decodes to text wherever it is copied.
         finetune: the ``finetune`` group: encoder frozen for the first N steps, encoder lr.
+        compile: the ``compile`` group: ``torch.compile`` the model's blocks (or all of it) in
+            place (``asr.train.compile``); the compiled graphs are counted per training step.
 
     ``scheduler``, ``streaming``, ``finetune`` and ``seed`` are saved as hyper-parameters under those
     names with their YAML keys (``asr.train.config``), beside ``build_info``.
@@ -66,6 +69,7 @@ class AsrLightningModule(pl.LightningModule):
         build_info: dict | None = None,
         tokenizer_files: dict | None = None,
         finetune: FinetuneConfig = FinetuneConfig(),
+        compile: CompileConfig = CompileConfig(),
     ) -> None:
         super().__init__()
         if streaming.val_chunk_size < 0:
@@ -92,6 +96,10 @@ class AsrLightningModule(pl.LightningModule):
         self.debug_nan = (debug.nan_on_rank, debug.nan_at_step)
         self.nonfinite_skips = 0
         self.best_val_wer: float | None = None
+        # Compiled in place: the module tree and its state dict stay the eager model's.
+        self.compiled = bool(compile_model(self.model, compile))
+        self.compiled_graphs = 0  # graphs compiled while this module trained (recompiles included)
+        self.last_compile_step: int | None = None
 
     # ------------------------------------------------------------------ training
     def _any_rank_nonfinite(self, loss: torch.Tensor) -> bool:
@@ -148,6 +156,19 @@ class AsrLightningModule(pl.LightningModule):
         encoder = {id(p) for p in self.model.encoder.parameters()}
         rest = [p for p in self.model.parameters() if id(p) not in encoder]
         return [{"params": list(self.model.encoder.parameters()), "lr": self.finetune.encoder_lr}, {"params": rest}]
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.compiled:
+            self._graphs_before_step = compiled_graph_count()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not self.compiled:
+            return
+        new = compiled_graph_count() - self._graphs_before_step
+        if new:  # a compile or recompile: how many and when, so a run shows whether it ever settles
+            self.compiled_graphs += new
+            self.last_compile_step = int(self.global_step)
+        self.log("train_compiled_graphs", float(self.compiled_graphs), batch_size=1)
 
     def configure_optimizers(self) -> dict:
         optimizer = self.optimizer_factory(params=self._parameter_groups())

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
+from asr.train.compile import CompileConfig
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
 from asr.train.init_from import check_source_features, finetune_model_kwargs, load_source_weights, read_source
 from asr.train.module import AsrLightningModule
@@ -127,6 +128,7 @@ def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrL
             "cfg": plain_config(cfg),
         },
         tokenizer_files=pack_tokenizer(cfg.data.tokenizer_path),
+        compile=from_group(CompileConfig, cfg.get("compile")),
     )
 
 
@@ -157,6 +159,8 @@ def format_summary(summary: dict) -> str:
         f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
         f"time            : {summary['seconds']:.1f} s",
         f"non-finite skips: {summary['nonfinite_skips']}",
+        *([f"compiled graphs : {graphs['count']} (the last at step {graphs['last_at_step']})"]
+          if (graphs := summary.get("compiled_graphs")) else []),
         f"training data   : {summary['train_data_read']['cuts']} cuts, "
         f"{summary['train_data_read']['hours']:.2f} h read (this rank)",
         "skipped utts    : " + _reasons(summary["skipped_utterances"], noise=False),
@@ -197,6 +201,8 @@ def train(cfg: DictConfig) -> dict:
         "epochs": int(trainer.current_epoch),
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),
+        "compiled_graphs": {"count": module.compiled_graphs, "last_at_step": module.last_compile_step}
+        if module.compiled else None,
         "skipped_utterances": dict(datamodule.skip_report()),
         "train_data_read": datamodule.read_summary(),
         "resumed_from": ckpt_path,

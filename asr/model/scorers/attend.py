@@ -9,7 +9,10 @@ three in backward (grad of the probabilities, the softmax gradient, and for Shaw
 a second probability gradient plus their sum). :class:`_SoftmaxValues` needs one:
 the softmax backward runs in place, using the flash-attention identity
 ``sum_j p_ij dp_ij = g_i . out_i`` (true because out_i = sum_j p_ij value_ij).
-With attention dropout in training the plain autograd path is used instead.
+With attention dropout in training the plain autograd path is used instead, and so it
+is under ``torch.compile`` / ``torch.export`` tracing: the graph compiler plans its own
+buffers and fuses the mask, softmax and its backward, and it cannot trace a Function that
+modifies its input in place (``mark_dirty``) when the next one writes to that output again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from asr.model.scorers.band import band_expand, band_sums
+from asr.model.tracing import tracing
 
 
 def _bucket_sums(probs: Tensor, rel_v: Tensor) -> Tensor:
@@ -99,11 +103,14 @@ class _SoftmaxValues(torch.autograd.Function):
 
 
 def mask_before_softmax(logits: Tensor, mask: Tensor) -> Tensor:
-    """Fill ``logits`` with -inf where ``mask`` (broadcastable bool) is False, in place.
+    """Fill ``logits`` with -inf where ``mask`` (broadcastable bool) is False, in place
+    (out of place while tracing, see the module docstring).
 
     ``logits`` must be a fresh tensor that is not a view (autograd would copy the
     whole gradient for an in-place op on a view) and must go straight into a softmax.
     """
+    if tracing():
+        return logits.masked_fill(~mask, float("-inf"))
     return _MaskBeforeSoftmax.apply(logits, mask)
 
 
@@ -127,9 +134,9 @@ def attend(
     """
     if mask4 is not None:
         logits = mask_before_softmax(logits, mask4)
-    if not (training and dropout > 0.0):
+    if not (training and dropout > 0.0) and not tracing():
         return _SoftmaxValues.apply(logits, v, rel_v)
-    probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=True)
+    probs = F.dropout(torch.softmax(logits, dim=-1), p=dropout, training=training)
     out = torch.matmul(probs, v)
     if rel_v is not None:
         out = out + torch.matmul(_bucket_sums(probs, rel_v), rel_v)

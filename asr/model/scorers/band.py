@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from asr.model.tracing import tracing
+
 
 def clipped_distance_index(queries: int, keys: int, max_distance: int, device: torch.device,
                            offset: int | None = None) -> Tensor:
@@ -85,6 +87,11 @@ def band_sums(x: Tensor, max_distance: int, offset: int | None = None) -> Tensor
     """
     c, kk = x.shape[-2:]
     k = max_distance
+    if tracing() and offset is None:
+        # The row blocks below branch on the sizes in Python, which a compiled graph turns
+        # into one recompile per range of lengths; the compiler makes the scatter one loop.
+        index = clipped_distance_index(c, kk, k, x.device).expand(x.shape)  # (..., C, K)
+        return x.new_zeros(*x.shape[:-1], 2 * k + 1).scatter_add_(-1, index, x)
     m = kk - c if offset is None else offset
     out = x.new_zeros(*x.shape[:-2], c, 2 * k + 1)
     if k == 0:

@@ -33,6 +33,7 @@ from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, RelXLTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.sinusoid import sinusoid_table
+from asr.model.tracing import tracing
 
 
 def rel_shift(bd_full: Tensor, keys: int) -> Tensor:
@@ -53,6 +54,23 @@ def rel_shift(bd_full: Tensor, keys: int) -> Tensor:
     return bd_full.as_strided(
         (*lead, c, keys), (*lead_strides, sc - sr, sr), bd_full.storage_offset() + (c - 1) * sr
     )
+
+
+def rel_shift_reshape(bd_full: Tensor, keys: int) -> Tensor:
+    """:func:`rel_shift` by pad and reshape (Transformer-XL's own trick): a copy, but only
+    views and a pad, whose gradients a tracer keeps symbolic in every size (the strided
+    view's backward pins the storage size, i.e. one compiled graph per length).
+
+    Row a must start C-1-a columns in. With one zero column padded on the right (width
+    W' = K+C), that is flat index (C-1) + a*(W'-1) + b of the flattened rows: C rows of
+    stride K+C-1 from offset C-1, whose first K columns are the answer.
+    """
+    *lead, c, width = bd_full.shape
+    if width != keys + c - 1:
+        raise ValueError(f"rel_shift needs K+C-1 = {keys + c - 1} columns, got {width} (C={c}, K={keys}).")
+    flat = F.pad(bd_full, (0, 1)).reshape(*lead, c * (width + 1))  # (..., C*(K+C))
+    rows = flat[..., c - 1 : c - 1 + c * width].reshape(*lead, c, width)  # (..., C, K+C-1)
+    return rows[..., :keys]  # (..., C, K)
 
 
 def rel_shift_gather(bd_full: Tensor, keys: int) -> Tensor:
@@ -107,18 +125,13 @@ class _AddShiftedBlocks(torch.autograd.Function):
 _TABLES: dict[tuple, Tensor] = {}
 
 
-def _tracing() -> bool:
-    """True while torch.export or torch.compile traces (their tensors must not be cached)."""
-    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
-
-
 def relative_sinusoids(keys: int, queries: int, dim: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     """Sinusoid rows for r = K-1 down to -(C-1): (K+C-1, dim), a view of a cached table.
 
     Inference-mode tensors cannot be saved for backward, so they are cached apart.
     """
     need = max(keys, queries)
-    if _tracing():
+    if tracing():
         # A table built while torch.export / torch.compile traces is the tracer's tensor,
         # not data: cached, it corrupted every later eager step in the process (an ONNX
         # export followed by eager streaming differed by 0.04). Build it fresh, keep nothing.
@@ -180,12 +193,19 @@ class RelXLScorer(AttentionScorer):
         cb = min(c, self.query_block)
         nb = -(-c // cb)
         pad = nb * cb - c
-        if pad:
+        if tracing():  # no branch on the sizes; cat (unlike a zero F.pad) always gives a contiguous copy
+            q = torch.cat((q.new_zeros(b, h, pad, dh), q), dim=2)  # (B, H, nb*cb, Dh)
+        elif pad:
             q = F.pad(q, (0, 0, pad, 0))  # (B, H, nb*cb, Dh)
         width = kk + cb - 1
         p = self.position_keys(nb * cb, kk, q)  # (H, Dh, K + nb*cb - 1)
         # Window m of P starts at row m*cb and serves query block nb-1-m, hence the flip.
-        windows = p.unfold(2, width, cb).permute(0, 2, 1, 3).flip(1)  # (H, nb, Dh, W)
+        if tracing():  # a traced unfold (or strided view) pins every length: gather the windows' columns
+            starts = torch.arange(nb, device=p.device) * cb  # (nb,)
+            columns = (starts[:, None] + torch.arange(width, device=p.device)).reshape(-1)  # (nb*W,)
+            windows = p.index_select(2, columns).view(h, dh, nb, width).permute(0, 2, 1, 3).flip(1)  # (H, nb, Dh, W)
+        else:
+            windows = p.unfold(2, width, cb).permute(0, 2, 1, 3).flip(1)  # (H, nb, Dh, W)
         # Scale folded into the (small) query side instead of the (C, K) logits.
         q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, nb*cb, Dh)
         # Blocks of all utterances share a window: fold B into the matmul rows.
@@ -193,6 +213,9 @@ class RelXLScorer(AttentionScorer):
         q_v = torch.add(self.pos_bias_v[:, None, None, :] * self.scale, q_blocks, alpha=self.scale)
         bd_full = torch.matmul(q_v, windows).view(h, nb, b, cb, width)  # (H, nb, B, cb, W)
         ac = torch.matmul(q_u, k.transpose(-2, -1))  # (B, H, nb*cb, K)
+        if tracing():  # out of place: the compiler fuses the shifted read into the add
+            shifted = rel_shift_reshape(bd_full, kk).permute(2, 0, 1, 3, 4)  # (B, H, nb, cb, K)
+            return (ac.view(b, h, nb, cb, kk) + shifted).view(b, h, nb * cb, kk), pad
         return _AddShiftedBlocks.apply(ac, bd_full), pad
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
@@ -211,9 +234,10 @@ class RelXLScorer(AttentionScorer):
                                      q_bias=self.pos_bias_u * self.scale)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         logits, pad = self._blocked_logits(q, k)  # (B, H, pad + C, K)
-        if mask4 is not None and pad and mask4.size(2) > 1:
+        if mask4 is not None and mask4.size(2) > 1 and (tracing() or pad):
             # Fake rows may attend anywhere; their outputs are dropped below.
-            mask4 = F.pad(mask4, (0, 0, pad, 0), value=True)  # (B, 1, pad + C, K)
+            fake_rows = mask4.new_ones(mask4.size(0), 1, pad, kk)
+            mask4 = torch.cat((fake_rows, mask4), dim=2)  # (B, 1, pad + C, K)
         out = attend(logits, v, mask4, self.dropout, self.training)[:, :, pad:]  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 

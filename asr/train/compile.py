@@ -1,0 +1,83 @@
+"""The compiled training step: ``torch.compile`` (inductor) behind one switch, ``compile.enabled``.
+
+Scope (``compile.scope``):
+
+* ``blocks`` (regional compilation): each encoder block and each decoder layer is compiled in
+  place. The blocks of a stack share their code, so one graph serves every layer (the
+  parameters are graph inputs): compile time is that of one block, not of the model, which
+  matters on a 2-core CPU where inductor takes minutes. The blocks take only tensors, so the
+  per-batch chunk draw (ints) never reaches a graph: a block sees a (B, 1, T') full-context
+  mask or a (B, T', T') chunk mask, two graphs, times the scorer's own shape cases (rel_xl:
+  T' below or above its query block).
+* ``model``: the whole ``AsrModel.forward`` (encoder, CTC, decoders, losses) is one graph;
+  the chunk ints then become part of its guards (full context, bounded and unbounded left
+  context each compile separately).
+
+``dynamic=true`` marks every batch dimension dynamic from the first batch, so a new (B, T)
+never recompiles; a compile happens only for a new kind of input (mask layout, a size of 1,
+rel_xl's block case). ``asr.model.tracing`` lists what the model does differently while it is
+traced (plain ops for its in-place autograd Functions, no host reads); the traced model
+computes the same numbers (``tests/model/test_compiled.py``).
+
+Nothing here changes the module tree: ``nn.Module.compile`` wraps ``__call__`` in place, so
+state dicts, checkpoints and ``load_model`` are those of the eager model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+SCOPES = ("blocks", "model")
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """``compile``: see the module docstring. ``mode``: inductor's mode (``default``,
+    ``reduce-overhead``, ``max-autotune``, ...). ``recompile_limit``: graphs a compiled region may
+    collect before dynamo falls back to eager for it (its default, 8, is below rel_xl's cases
+    times the mask layouts in ``model`` scope)."""
+
+    enabled: bool = False
+    scope: str = "blocks"
+    dynamic: bool = True
+    mode: str = "default"
+    backend: str = "inductor"
+    recompile_limit: int = 32
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"compile.scope ({self.scope!r}) must be one of {', '.join(SCOPES)}.")
+        if self.recompile_limit < 1:
+            raise ValueError(f"compile.recompile_limit ({self.recompile_limit}) must be >= 1.")
+
+
+def compiled_regions(model: nn.Module, scope: str) -> list[nn.Module]:
+    """The modules ``compile_model`` compiles: the encoder blocks and decoder layers, or the model."""
+    if scope == "model":
+        return [model]
+    regions = list(model.encoder.blocks)
+    for decoder in (getattr(model, "decoder", None), getattr(model, "r2l_decoder", None)):
+        if decoder is not None:
+            regions += list(decoder.layers)
+    return regions
+
+
+def compile_model(model: nn.Module, config: CompileConfig) -> list[nn.Module]:
+    """Compile ``model``'s regions in place (nothing when ``config.enabled`` is false); returns them."""
+    if not config.enabled:
+        return []
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, config.recompile_limit)
+    regions = compiled_regions(model, config.scope)
+    # "default" is spelled as no mode: torch.compile refuses a mode together with options.
+    mode = None if config.mode == "default" else config.mode
+    for region in regions:
+        region.compile(backend=config.backend, dynamic=config.dynamic, mode=mode)
+    return regions
+
+
+def compiled_graph_count() -> int:
+    """Graphs dynamo has compiled in this process so far (every region, first compiles and recompiles)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
