@@ -1,4 +1,5 @@
-"""Lightning DataModule: Lhotse manifests or Shar shards, duration bucketing, on-the-fly fbank.
+"""Lightning DataModule: Lhotse manifests or Shar shards, duration bucketing, fbank on the fly
+or from a feature store (``feature_store``: computed once, see `asr.data.feature_store`).
 
 CMVN is not applied here (the model carries it). Cheap checks (duration bounds,
 empty or untokenizable text) run as the sampler draws cuts; audio problems are
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import warnings
 from itertools import islice
 from pathlib import Path
@@ -35,6 +37,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.dataset import AsrDataset, cut_text, new_skip_registry
+from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
 from asr.data.manifest import CorpusStats, manifest_stats, read_cuts
@@ -106,6 +109,7 @@ class AsrDataModule(L.LightningDataModule):
         bucket_buffer_size: int = 20_000,
         cmvn_file: str = "cmvn.json",
         features: FeatureConfig | dict | None = None,
+        feature_store: str | None = None,
         world_size: int | None = None,
         rank: int | None = None,
     ) -> None:
@@ -119,6 +123,9 @@ class AsrDataModule(L.LightningDataModule):
                              f"({max_duration_per_utt})")
         if bucket_buffer_size < 1:
             raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
+        if feature_store and shar_dir:
+            raise ValueError("feature_store reads manifests; with shar_dir, train from the shards' audio "
+                             "(feature_store=null)")
         self.data_dir = Path(data_dir)
         self.train_cuts, self.dev_cuts, self.test_cuts = train_cuts, dev_cuts, test_cuts
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
@@ -127,6 +134,7 @@ class AsrDataModule(L.LightningDataModule):
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
         self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
         self.shar_dir = self._resolve(shar_dir) if shar_dir else None
+        self.feature_store = Path(feature_store) if feature_store else None
         self._world_size, self._rank = world_size, rank
         tok = Path(tokenizer_path)
         if not tok.exists() and not tok.is_absolute() and (self.data_dir / tok).exists():
@@ -165,11 +173,34 @@ class AsrDataModule(L.LightningDataModule):
         path = Path(cuts_file)
         return path if path.is_absolute() or path.exists() else self.data_dir / cuts_file
 
+    # --- stored features -----------------------------------------------------------------
+    def _store_dir(self, cuts_file: str) -> Path:
+        return self.feature_store / Path(cuts_file).name.split(".")[0]
+
+    def _stored_splits(self) -> list[str]:
+        """The manifests read from the feature store: train and dev (the splits read every epoch)."""
+        return [self.train_cuts, self.dev_cuts] if self.feature_store is not None else []
+
+    def prepare_data(self) -> None:
+        """Build (once, on the first process of each node) the feature store of train and dev."""
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        for cuts_file in self._stored_splits():
+            ensure_store(self._manifest_path(cuts_file), self._store_dir(cuts_file), self.extractor, workers)
+
+    def _read_split(self, cuts_file: str, lazy: bool = False) -> tuple[CutSet, Path]:
+        """(cuts, path): from the feature store when it holds this split, else the manifest."""
+        path = self._manifest_path(cuts_file)
+        if cuts_file in self._stored_splits():
+            store = self._store_dir(cuts_file)
+            if not store_is_current(store, store_key(path, self.extractor)):
+                self.prepare_data()  # not called by Lightning here (a test, a script): build now
+            return read_store(store, lazy=lazy), store
+        return read_cuts(path, lazy=lazy), path  # relative audio paths resolve against the manifest's folder
+
     def _eval_cuts(self, cuts_file: str) -> CutSet:
         """A small split in memory, text-checked (no duration filter)."""
         if cuts_file not in self._eval_cache:
-            path = self._manifest_path(cuts_file)
-            cuts = read_cuts(path)  # relative audio paths resolve against the manifest's folder
+            cuts, path = self._read_split(cuts_file)
             self._eval_cache[cuts_file] = self._require_usable(cuts.filter(self._filter(False)).to_eager(), path)
         return self._eval_cache[cuts_file]
 
@@ -180,8 +211,8 @@ class AsrDataModule(L.LightningDataModule):
             world, rank = self._dist()
             shar = RankShardedShar(self.shar_dir, self.seed, world, rank)
             return CutSet(shar).filter(keep), shar
-        path = self._manifest_path(self.train_cuts)
-        cuts = read_cuts(path, lazy=self.lazy).filter(keep)
+        cuts, path = self._read_split(self.train_cuts, lazy=self.lazy)
+        cuts = cuts.filter(keep)
         return (cuts if self.lazy else self._require_usable(cuts.to_eager(), path)), None
 
     def _require_usable(self, cuts: CutSet, source) -> CutSet:

@@ -1,4 +1,5 @@
-"""Map-style dataset over Lhotse cut batches: audio -> augmentation -> fbank -> Batch.
+"""Map-style dataset over Lhotse cut batches: audio -> augmentation -> fbank -> Batch
+(or stored fbank -> SpecAugment -> Batch for cuts from a feature store).
 
 A Lhotse sampler hands `__getitem__` a whole CutSet (one batch). Bad items are
 dropped from the batch, not raised: the batch comes back with the list of
@@ -20,6 +21,7 @@ from lhotse import CutSet
 from asr.data.audio import AudioError, cut_waveform
 from asr.data.augment import SpecAugment, mix_noise, random_speed, speed_perturb
 from asr.data.batch import Batch
+from asr.data.feature_store import load_stored
 from asr.data.features import FbankExtractor
 
 log = logging.getLogger(__name__)
@@ -48,11 +50,29 @@ class AsrDataset(torch.utils.data.Dataset):
         self.noise_prob = noise_prob
         self.snr_range_db = snr_range_db
 
-    def _waveform(self, cut, skipped: Skipped) -> torch.Tensor:
+    def _feats(self, cut, skipped: Skipped) -> torch.Tensor | None:
+        """(T, F) features of one cut, or None (skipped, reason recorded) when its audio is too short.
+
+        A cut from a feature store (``asr.data.feature_store``) is read from there unless this
+        draw changes its waveform (a speed other than 1.0, or noise): those go the on-the-fly way.
+        """
+        speed = random_speed() if self.speed_perturb else 1.0
+        noisy = bool(self.noise_cuts) and random.random() < self.noise_prob
+        if cut.has_features and speed == 1.0 and not noisy:
+            return load_stored(cut)
+        wav = self._waveform(cut, speed, noisy, skipped)
+        if wav.numel() < self.extractor.min_samples:
+            log.warning("skipping cut %s: %d samples, the frontend needs %d", cut.id, wav.numel(),
+                        self.extractor.min_samples)
+            skipped.append(("audio_too_short", cut.id))
+            return None
+        return self.extractor(wav)  # (T, F)
+
+    def _waveform(self, cut, speed: float, noisy: bool, skipped: Skipped) -> torch.Tensor:
         wav = cut_waveform(cut)  # (n,)
-        if self.speed_perturb:
-            wav = speed_perturb(wav, random_speed())
-        if self.noise_cuts and random.random() < self.noise_prob:
+        if speed != 1.0:
+            wav = speed_perturb(wav, speed)
+        if noisy:
             noise_cut = random.choice(self.noise_cuts)
             try:
                 noise = cut_waveform(noise_cut)
@@ -70,17 +90,13 @@ class AsrDataset(torch.utils.data.Dataset):
         seconds = 0.0
         for cut in cuts:
             try:
-                wav = self._waveform(cut, skipped)
+                f = self._feats(cut, skipped)  # (T, F)
             except AudioError as err:
                 log.warning("skipping cut %s: %s", cut.id, err)
                 skipped.append((err.reason, cut.id))
                 continue
-            if wav.numel() < self.extractor.min_samples:
-                log.warning("skipping cut %s: %d samples, the frontend needs %d", cut.id, wav.numel(),
-                            self.extractor.min_samples)
-                skipped.append(("audio_too_short", cut.id))
+            if f is None:
                 continue
-            f = self.extractor(wav)  # (T, F)
             if self.spec_augment is not None:
                 f = self.spec_augment(f)
             text = cut_text(cut)
