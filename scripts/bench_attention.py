@@ -3,6 +3,7 @@
 Usage:
     python scripts/bench_attention.py [--quick] [--json PATH] [--threads N] [--repeats R]
     python scripts/bench_attention.py --lengths 512 1024 4096 --repeats 5   # the blocked path's range
+    python scripts/bench_attention.py --device cuda --dtype bfloat16 --lengths 512 1024 2048
 
 For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
 256 with --quick) this measures, for one forward + backward of the scorer
@@ -31,8 +32,10 @@ path); the ``<scheme>/blocked`` rows force the exact blocked attention
   set of the step; tracemalloc cannot see torch's memory.
 
 The baseline is ``F.scaled_dot_product_attention(q, k, v)`` without mask or
-positions (the fused CPU flash kernel). All numbers are printed as ratios to it.
-CPU only: no fused GPU path is measured here.
+positions (the fused CPU flash kernel; on a GPU, flash attention). All numbers are
+printed as ratios to it. ``--device cuda`` times on the GPU (wall clock, synchronized;
+``--dtype bfloat16`` for the bf16 recipe) and reports the CUDA allocator's peak instead
+of RSS; the CPU targets do not apply there.
 """
 
 from __future__ import annotations
@@ -69,11 +72,15 @@ def target_for(name: str, length: int) -> float | None:
     return None
 
 
+# Where and in what dtype the cores run (--device, --dtype).
+DEVICE, DTYPE = torch.device("cpu"), torch.float32
+
+
 def make_core(name: str):
     """A callable (q, k, v) -> out for one scheme's scorer (``<scheme>/blocked``: its blocked path), or SDPA."""
     if name == BASELINE:
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
-    scorer = build_position_scheme(name.removesuffix(BLOCKED_SUFFIX), H * DH, H).make_scorer(H, DH, 0.0)
+    scorer = build_position_scheme(name.removesuffix(BLOCKED_SUFFIX), H * DH, H).make_scorer(H, DH, 0.0).to(DEVICE, DTYPE)
     if name.endswith(BLOCKED_SUFFIX):
         def run(q, k, v):
             with blocked.forced():
@@ -90,7 +97,7 @@ def blocked_rows() -> list[str]:
 
 def make_inputs(length: int) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(0)
-    return tuple(torch.randn(B, H, length, DH, generator=gen).requires_grad_() for _ in range(3))
+    return tuple(torch.randn(B, H, length, DH, generator=gen).to(DEVICE, DTYPE).requires_grad_() for _ in range(3))
 
 
 def step(core, inputs) -> None:
@@ -147,13 +154,31 @@ def peak_rss_child(name: str, length: int, threads: int) -> float:
     return (read_peak() - before) / 1024.0
 
 
+def peak_cuda(name: str, length: int) -> float:
+    """MiB the CUDA allocator's peak grows by during one fwd+bwd."""
+    core, inputs = make_core(name), make_inputs(length)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step(core, inputs)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
 def peak_rss(name: str, length: int, threads: int) -> float:
+    if DEVICE.type == "cuda":
+        return peak_cuda(name, length)
     cmd = [sys.executable, __file__, "--child", name, str(length), "--threads", str(threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
 
-CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+def _synchronized_wall() -> float:
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter, "cuda": _synchronized_wall}
 
 
 def time_ratios(
@@ -197,10 +222,18 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=0, help="timed repeats (default 9, 5 with --quick)")
     parser.add_argument("--lengths", type=int, nargs="*", help="override the lengths")
     parser.add_argument("--no-peak", action="store_true", help="skip the per-config subprocess peak memory")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (cuda: wall clock)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads <= 0:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    global DEVICE, DTYPE
+    DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
+    if args.device == "cuda":
+        args.clock = "cuda"
     torch.set_num_threads(args.threads)
     if args.child:
         print(peak_rss_child(args.child[0], int(args.child[1]), args.threads))
@@ -211,7 +244,7 @@ def main() -> int:
     names = [BASELINE, *POSITION_SCHEMES, *blocked_rows()]
     rows, failures = [], []
     print(
-        f"B={B} H={H} Dh={DH} threads={args.threads} repeats={repeats} clock={args.clock} "
+        f"B={B} H={H} Dh={DH} device={args.device} dtype={args.dtype} threads={args.threads} repeats={repeats} clock={args.clock} "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ratios are to plain SDPA (no mask)"
     )
     header = f"{'L':>5} {'scheme':<16} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
@@ -226,7 +259,7 @@ def main() -> int:
             saved, largest, shape = stats[n]
             if largest >= length * length * DH:
                 failures.append(f"{n} L={length}: saved tensor {shape} has >= L*L*Dh elements")
-            limit = target_for(n, length)
+            limit = target_for(n, length) if (DEVICE.type, DTYPE) == ("cpu", torch.float32) else None
             ratio = timing[n]["ratio"]
             verdict = "" if limit is None else ("ok" if ratio <= limit else "MISS")
             if verdict == "MISS":
