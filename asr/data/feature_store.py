@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -133,10 +133,10 @@ def _relative_audio(cut, split_dir: Path):
 
 def build_store(
     source_manifest: str | Path, split_dir: str | Path, extractor: FbankExtractor, workers: int = 1,
-    progress: bool = True,
+    progress: bool = True, chunk_size: int = _CHUNK,
 ) -> dict:
     """Compute the fbank of every cut of ``source_manifest`` into ``split_dir``; returns the
-    ``store.json`` record (also written there, last)."""
+    ``store.json`` record (also written there, last). Workers take ``chunk_size`` cuts a task."""
     split_dir = Path(split_dir)
     split_dir.mkdir(parents=True, exist_ok=True)
     (split_dir / STORE_INFO).unlink(missing_ok=True)  # a half-rebuilt store must not look current
@@ -147,11 +147,14 @@ def build_store(
     frames = 0
 
     def results() -> Iterator:
-        if workers <= 1:
-            yield from map(computer, _chunks(cuts, _CHUNK))
+        chunks = _chunks(cuts, chunk_size)
+        first = list(islice(chunks, 2))
+        # Spawned workers each import torch (seconds): worth it only with more than one chunk.
+        if workers <= 1 or len(first) < 2:
+            yield from map(computer, chain(first, chunks))
             return
         with get_context("spawn").Pool(workers) as pool:
-            yield from pool.imap(computer, _chunks(cuts, _CHUNK))
+            yield from pool.imap(computer, chain(first, chunks))
 
     def stored_cuts() -> Iterator:
         nonlocal frames

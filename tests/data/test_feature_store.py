@@ -46,7 +46,9 @@ def test_stored_features_equal_the_extractor_on_the_audio(store, tiny_corpus):
 
 def test_two_worker_processes_store_the_same_features(store, tiny_corpus, tmp_path):
     split_dir, _ = store
-    build_store(tiny_corpus / "cuts_train.jsonl.gz", tmp_path / "two", FbankExtractor(), workers=2, progress=False)
+    # Chunks of 4 cuts: several tasks, so the two spawned workers really share the corpus.
+    build_store(tiny_corpus / "cuts_train.jsonl.gz", tmp_path / "two", FbankExtractor(), workers=2, progress=False,
+                chunk_size=4)
     for one, two in zip(read_store(split_dir), read_store(tmp_path / "two"), strict=True):
         assert one.id == two.id
         torch.testing.assert_close(load_stored(one), load_stored(two), rtol=0, atol=0)
