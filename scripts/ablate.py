@@ -181,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.report_only:
         from asr.train.run import ensure_run_cmvn
 
-        # the recipe's fbank preset may read stats prepare_data.py does not write (cmvn_floor.json)
+        # the recipe's fbank preset may read stats prepare_data.py does not write (cmvn_sherpa.json)
         ensure_run_cmvn(args.data_dir, ablation_overrides(args.budget_steps, args.overrides))
     if not args.report_only and not (Path(args.data_dir) / eval_cfg.probe_cuts).is_file():
         from asr.synth.probes import build_probe_set

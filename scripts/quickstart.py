@@ -12,8 +12,8 @@ Steps (each one reuses what earlier runs left):
     split (the test sentences read by flite's awb and rms voices: another engine,
     evaluation only), and the capture split (the test utterances through a browser's or a
     network's capture paths: resampling, gain control, noise suppression, telephone, MP3,
-    clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_floor.json: with
-    a -90 dBFS noise floor, so digital silence reads as faint noise);
+    clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_sherpa.json:
+    sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn);
  2. train experiment=quickstart (scripts/train.py: 3800 steps, ~30 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished; a run of another corpus or recipe (its
@@ -68,11 +68,6 @@ def run(cmd: list[str], what: str) -> None:
 TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
 CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
                 str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")))
-
-
-# experiment=quickstart trains with conf/features/floor (digital silence read as a -90 dBFS floor),
-# so its global CMVN is computed with those options (data.cmvn_file in conf/experiment/quickstart.yaml).
-QUICKSTART_CMVN = "cmvn_floor.json"
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
@@ -197,9 +192,11 @@ def main(argv: list[str] | None = None) -> None:
              "--profile", args.profile], "prepare synth corpus")
     if not (data_dir / CAPTURE_FILE).is_file():  # a corpus prepared before the capture split existed
         run([PY, "scripts/prepare_data.py", "--data-dir", str(data_dir), "--capture-only"], "build the capture split")
-    if not (data_dir / QUICKSTART_CMVN).is_file():  # the recipe's fbank has a noise floor (conf/features/floor)
-        run([PY, "scripts/compute_cmvn.py", str(data_dir / TRAIN_MANIFEST), str(data_dir / QUICKSTART_CMVN),
-             "--features", "floor", "--max-utts", "8000"], "CMVN for the recipe's features (noise floor)")
+    # The recipe's fbank preset (sherpa-onnx's: conf/experiment/quickstart.yaml, or a features= override)
+    # reads its own stats file, which prepare_data.py does not write: computed once when missing.
+    from asr.train.run import ensure_run_cmvn
+
+    ensure_run_cmvn(data_dir, args.overrides)
 
     fingerprint = corpus_fingerprint(data_dir)
     run_dir = choose_run_dir(run_dir, fingerprint)

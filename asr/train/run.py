@@ -216,8 +216,8 @@ def train(cfg: DictConfig) -> dict:
 def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str] = (), max_cuts: int = 8000) -> Path:
     """Compute the CMVN stats a training run with ``overrides`` reads, when they are missing.
 
-    A recipe may choose its own fbank preset and stats file (the quickstart experiment: ``features=floor``,
-    ``data.cmvn_file=cmvn_floor.json``), which ``prepare_data.py`` does not write; a driver that starts many
+    A recipe may choose its own fbank preset and stats file (the quickstart experiment: ``features=sherpa``,
+    ``data.cmvn_file=cmvn_sherpa.json``), which ``prepare_data.py`` does not write; a driver that starts many
     runs (the ablation) calls this once before them instead of letting every run fail on the missing file.
     Returns the stats path (existing stats are left alone: training checks their options).
     """
