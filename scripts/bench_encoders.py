@@ -28,11 +28,12 @@ from asr.bench.encoders import EncoderSize, benchmark, table  # noqa: E402
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--kernel", type=int, default=15)
+    default = EncoderSize()  # the flags' defaults are the benchmark's standard size
+    p.add_argument("--d-model", type=int, default=default.d_model)
+    p.add_argument("--heads", type=int, default=default.heads)
+    p.add_argument("--layers", type=int, default=default.layers)
+    p.add_argument("--ffn", type=int, default=default.ffn_dim)
+    p.add_argument("--kernel", type=int, default=default.kernel)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--frames", type=int, default=1000, help="input feature frames (T' = T/4)")
     p.add_argument("--repeats", type=int, default=7)
