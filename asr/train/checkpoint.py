@@ -21,6 +21,8 @@ A training checkpoint carries everything needed to use the model elsewhere:
 
 from __future__ import annotations
 
+import pickle
+
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -84,8 +86,14 @@ def read_checkpoint(ckpt_path: str | Path) -> dict:
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
-    # weights_only=False: Lightning checkpoints hold plain Python objects (callback state).
-    return torch.load(path, map_location="cpu", weights_only=False)
+    # A checkpoint is untrusted input: weights_only=True unpickles tensors and plain containers only,
+    # never code. Ours hold nothing else (state dicts, hyper-parameters as plain YAML values, callback
+    # and loop state); a file that needs more is refused, not run.
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(f"checkpoint {str(path)!r} holds objects other than tensors and plain values "
+                         f"(refused: loading it could run code): {str(err).splitlines()[0]}") from None
 
 
 def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
