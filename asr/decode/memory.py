@@ -73,7 +73,7 @@ class EncoderShape:
     ffn_dim: int
     channels: int
     online_cmn: bool
-    blocked: bool  # its scorers have a blocked path (rel_xl, shaw, rel_bias)
+    blocked: bool  # its scorers have a blocked path (rel_xl, shaw, rel_bias, wenet_rel)
     explicit: bool  # its scorers build (B, H, C, K) logits (else SDPA's fused kernel)
 
     @classmethod

@@ -14,7 +14,7 @@ from asr.model.masks import ChunkMask
 from asr.model.positions import build_position_scheme
 from asr.model.scorers import blocked
 
-SCHEMES = {"rel_xl": {}, "shaw": {"max_distance": 3}, "rel_bias": {"max_distance": 2}}
+SCHEMES = {"rel_xl": {}, "shaw": {"max_distance": 3}, "rel_bias": {"max_distance": 2}, "wenet_rel": {}}
 B, H, DH = 2, 3, 4
 
 
@@ -94,6 +94,32 @@ def test_blocked_fp32_is_within_1e_5_of_the_float64_oracle(force_blocked, name):
     got = run(scorer32, inputs(c, kk, torch.float32), mask)
     for i, (g, w) in enumerate(zip(got, oracle)):
         torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5, msg=lambda m: f"tensor {i}: {m}")
+
+
+@pytest.mark.parametrize("start_time", [37, torch.tensor([5, 900])])
+def test_wenet_rel_in_blocks_keeps_the_stream_clock(force_blocked, start_time):
+    """wenet_rel scores the keys' absolute times: a streaming-shaped call (C < K) at a clock, one
+    per row or shared, equals the explicit path there, gradients included; and the clock matters."""
+    scorer = make_scorer("wenet_rel")
+    qkv = inputs(5, 11)
+    mask = masks(5, 11)["padding"]
+
+    def call(threshold):
+        old = blocked.BLOCKED_MIN_LOGITS
+        blocked.BLOCKED_MIN_LOGITS = threshold
+        try:
+            for t in (*qkv, *scorer.parameters()):
+                t.grad = None
+            out = scorer(*qkv, mask, start_time=start_time)
+            out.mul(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+            return [out.detach()] + [t.grad.clone() for t in (*qkv, *scorer.parameters())]
+        finally:
+            blocked.BLOCKED_MIN_LOGITS = old
+
+    got, want = call(0), call(1 << 62)
+    for i, (g, w) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=lambda m: f"tensor {i}: {m}")
+    assert not torch.allclose(got[0], scorer(*qkv, mask).detach())
 
 
 def test_chunk_mask_blocks_skip_what_the_chunks_hide(force_blocked):

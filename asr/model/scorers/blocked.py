@@ -1,4 +1,5 @@
-"""Exact attention in blocks for the schemes with a positional logit term (rel_xl, shaw, rel_bias).
+"""Exact attention in blocks for the schemes with a positional logit term (rel_xl, shaw, rel_bias;
+wenet_rel with the plain term over its joint queries and keys).
 
 Axis legend: B batch, H heads, C queries, K keys (the queries are the last C keys: query a
 sits at local time M + a, M = K - C, key b at time b), Dh head dim, c queries of a block,

@@ -18,6 +18,11 @@ A call's queries are the last C of its K keys, so the keys sit at
 query: 0 offline, the stream clock when streaming, one value per row for stacked streams
 (rows left-padded to a common cache length keep that relation; their padding is masked).
 
+Both logit terms are one dot product over 2 Dh channels, ``[q + u, q + v] . [k ; P]``, with
+no term per (query, key) pair: the long-input path is therefore the plain blocked attention
+(``asr.model.scorers.blocked``, online softmax, nothing of size C x K kept) on those joint
+queries and keys, and the values as they are.
+
 Axis legend: B batch, H heads, C queries, K keys, Dh head dim, D = H * Dh.
 """
 
@@ -30,6 +35,7 @@ from torch import Tensor
 
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
+from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.sinusoid import sinusoid_table
 
 StartTime = Union[int, Tensor]
@@ -57,10 +63,12 @@ class WenetRelScorer(AttentionScorer):
 
     Fast path: the two logit terms as ONE matmul, ``[q + u, q + v] . [k ; P]`` over 2 Dh
     channels, so no second (B, H, C, K) buffer is made for the position term; then masked
-    softmax. :func:`wenet_rel_reference` in the tests is the float64 oracle.
+    softmax. Long calls (:func:`~asr.model.scorers.blocked.use_blocked`) attend the same joint
+    queries and keys in blocks. :func:`wenet_rel_reference` in the tests is the float64 oracle.
     """
 
     absolute_keys = True
+    has_blocked_path = True
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(num_heads, head_dim, dropout)
@@ -75,8 +83,9 @@ class WenetRelScorer(AttentionScorer):
         p = self.linear_pos(table).view(rows, keys, self.num_heads, self.head_dim)  # (R, K, H, Dh)
         return p.permute(0, 2, 3, 1)  # (R, H, Dh, K)
 
-    def logits(self, q: Tensor, k: Tensor, start_time: StartTime = 0) -> Tensor:
-        """Scaled unmasked logits (B, H, C, K), a fresh tensor; ``start_time`` as in the module docstring."""
+    def joint(self, q: Tensor, k: Tensor, start_time: StartTime = 0) -> tuple[Tensor, Tensor]:
+        """The two terms as one: scaled queries ``[q + u, q + v] / sqrt(Dh)`` (B, H, C, 2Dh) and
+        keys ``[k ; P]`` (B, H, K, 2Dh), P the projected sinusoid of each key's absolute time."""
         b, h, c, dh = q.shape
         kk = k.size(2)
         times = key_times(start_time, c, kk, q.device)  # (1|B, K)
@@ -86,13 +95,21 @@ class WenetRelScorer(AttentionScorer):
         # Scale folded into the (small) query side instead of the (C, K) logits.
         q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
         q_v = torch.add(self.pos_bias_v[:, None, :] * self.scale, q, alpha=self.scale)
-        queries = torch.cat((q_u, q_v), dim=-1)  # (B, H, C, 2Dh)
-        keys = torch.cat((k.transpose(-2, -1), p), dim=-2)  # (B, H, 2Dh, K)
-        return torch.matmul(queries, keys)  # (B, H, C, K)
+        return torch.cat((q_u, q_v), dim=-1), torch.cat((k, p.transpose(-2, -1)), dim=-1)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], start_time: StartTime = 0) -> Tensor:
+    def logits(self, q: Tensor, k: Tensor, start_time: StartTime = 0) -> Tensor:
+        """Scaled unmasked logits (B, H, C, K), a fresh tensor; ``start_time`` as in the module docstring."""
+        queries, keys = self.joint(q, k, start_time)
+        return torch.matmul(queries, keys.transpose(-2, -1))  # (B, H, C, K)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, start_time: StartTime = 0) -> Tensor:
         """Attend (shapes as :meth:`AttentionScorer.forward`); ``start_time``: absolute time of the first query."""
         b, _, c, kk, _ = check_qkv(q, k, v)
+        if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.pos_bias_u)):
+            # No pair term: the base PositionTerm's q k^T over the 2 Dh joint channels is the whole logit.
+            queries, keys = self.joint(q, k, start_time)
+            return blocked_attention(queries, keys, v, mask, PositionTerm(),
+                                     dropout=self.dropout if self.training else 0.0)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
         out = attend(self.logits(q, k, start_time), v, mask4, self.dropout, self.training)  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
