@@ -218,10 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.data_dir or f"data/{args.corpus}")
     started = time.perf_counter()
-    if args.biasing_only:
-        prepare_biasing(args, out)
-    if args.capture_only:
-        prepare_capture(out, args.seed, args.force)
+    if args.biasing_only or args.capture_only:
+        # Only what was asked: the corpus, its tokenizer, LMs and CMVN stay as they are.
+        if args.biasing_only:
+            prepare_biasing(args, out)
+        if args.capture_only:
+            prepare_capture(out, args.seed, args.force)
         print(f"done in {time.perf_counter() - started:.1f} s")
         return
     if args.corpus == "synth":

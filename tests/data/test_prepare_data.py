@@ -77,3 +77,19 @@ def test_biasing_flags(tmp_path, capsys):
     with pytest.raises(SystemExit, match="needs the train transcripts"):
         prepare.main(["--biasing-only", "--data-dir", str(tmp_path / "empty"), "--biasing-dir", str(tmp_path / "b")])
     assert not (tmp_path / "b").exists()
+
+
+def test_biasing_only_builds_the_benchmark_and_touches_nothing_else(tmp_path, monkeypatch):
+    """--biasing-only used to go on into the corpus steps: tokenizer, LMs and CMVN rewritten."""
+    prepare = _load_script()
+    called = []
+    monkeypatch.setattr(prepare, "prepare_biasing", lambda args, out: called.append(out))
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("the corpus steps ran")
+
+    monkeypatch.setattr(prepare, "build_synth_corpus", no_rebuild)
+    monkeypatch.setattr(prepare, "compute_cmvn", no_rebuild)
+    prepare.main(["--biasing-only", "--data-dir", str(tmp_path), "--biasing-dir", str(tmp_path / "b")])
+    assert called == [tmp_path]
+    assert not (tmp_path / "tokenizer").exists() and not (tmp_path / "cmvn.json").exists()
