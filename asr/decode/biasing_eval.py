@@ -90,9 +90,10 @@ class Row:
 @torch.inference_mode()
 def decode_setting(model, tokenizer, encoded: Sequence[Encoded], lists: Sequence[list[str] | None],
                    score_lists: Sequence[list[str]], compiler: HotwordCompiler, fusion: Fusion | None, beam: int,
-                   ctc_weight: float, rescore_weights: Sequence[float]) -> Row:
+                   ctc_weight: float, rescore_weights: Sequence[float], unbiased_keep: int | None = None) -> Row:
     """Decode every utterance with its list (None: no biasing); score against ``score_lists``. The n-best is
-    rescored once per entry of ``rescore_weights`` (the share of the hotword bonus rescoring keeps)."""
+    rescored once per entry of ``rescore_weights`` (the share of the hotword bonus rescoring keeps).
+    ``unbiased_keep``: the search's room for unbiased prefixes (``asr.decode.ctc_prefix_beam``)."""
     row = Row(BiasedErrorCounter(), {w: BiasedErrorCounter() for w in rescore_weights}, 0.0, 0.0)
     for utt, words, scored_with in zip(encoded, lists, score_lists):
         start = time.process_time()
@@ -101,7 +102,7 @@ def decode_setting(model, tokenizer, encoded: Sequence[Encoded], lists: Sequence
         start = time.process_time()
         fused = fusion.with_words(biasing.words) if fusion is not None and biasing is not None else fusion
         graph = biasing.graph if biasing is not None else None
-        nbest = ctc_prefix_beam_search(utt.log_probs, beam, model.blank_id, fused, graph)
+        nbest = ctc_prefix_beam_search(utt.log_probs, beam, model.blank_id, fused, graph, unbiased_keep)
         best = nbest[0][0] if nbest else []
         rescored = dict.fromkeys(rescore_weights, best)
         if nbest and model.decoder is not None and utt.enc_out.size(1) > 0:

@@ -13,6 +13,13 @@ Prefixes are ranked by CTC plus, when given, the language models' fusion score a
 hotword context graph's running score (``asr.decode.context_graph``): the provisional bonus of a
 phrase being spelled counts while the prefix grows and is taken back in complete rankings
 (:meth:`CtcPrefixBeamSearch.nbest`) unless the phrase was completed.
+
+With a context graph the beam can also reserve room for what was said without biasing
+(``unbiased_keep``): besides the ``beam`` best prefixes on the biased ranking, the best
+``unbiased_keep`` on CTC plus fusion alone survive each frame. Why: with a long list, the
+provisional bonuses of many phrase beginnings can fill the whole beam with prefixes that later
+fail; their bonus is taken back at the end, but the prefix that was said may have been pruned
+on the way, and what remains is a false alarm or a mangled word.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from asr.decode.context_graph import ROOT, ContextGraph
 from asr.lm.fusion import Fusion
 
 NEG_INF = float("-inf")
+# Prefixes kept on their unbiased score beside the beam when a context graph biases it (None asks for this).
+DEFAULT_UNBIASED_KEEP = 0
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -47,12 +56,19 @@ class CtcPrefixBeamSearch:
         blank_id: CTC blank.
         fusion: a language model to rank prefixes with (None: CTC alone).
         context: a hotword context graph to bias the ranking with (None: no biasing).
+        unbiased_keep: with ``context``, prefixes kept after each frame on their unbiased score
+            (CTC plus fusion) besides the ``beam`` best biased ones (the module docstring); None:
+            :data:`DEFAULT_UNBIASED_KEEP`.
     """
 
     def __init__(self, beam: int, blank_id: int = 0, fusion: Fusion | None = None,
-                 context: ContextGraph | None = None) -> None:
+                 context: ContextGraph | None = None, unbiased_keep: int | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
+        unbiased_keep = DEFAULT_UNBIASED_KEEP if unbiased_keep is None else unbiased_keep
+        if unbiased_keep < 0:
+            raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0.")
+        self.unbiased_keep = unbiased_keep if context is not None else 0
         self.beam = beam
         self.blank_id = blank_id
         self.fusion = fusion
@@ -121,7 +137,13 @@ class CtcPrefixBeamSearch:
         # Impossible prefixes (a repeat right after a non-blank with pb = -inf) never enter the beam.
         scored = [s for s in scored if s[0] > NEG_INF]
         scored.sort(key=lambda s: s[0] + s[2][2] + s[2][4], reverse=True)
-        self._beams = {prefix: tuple(v) for _, prefix, v in scored[: self.beam]}
+        kept = scored[: self.beam]
+        if self.unbiased_keep and len(scored) > self.beam:
+            # The best prefixes without the hotword bonus, where the biased ranking dropped them.
+            unbiased = sorted(scored, key=lambda s: s[0] + s[2][2], reverse=True)[: self.unbiased_keep]
+            chosen = {prefix for _, prefix, _ in kept}
+            kept += [s for s in unbiased if s[1] not in chosen]
+        self._beams = {prefix: tuple(v) for _, prefix, v in kept}
 
     def nbest(self, complete: bool = True) -> list[tuple[list[int], float]]:
         """Current prefixes with their CTC log-probabilities, best first (by CTC plus fusion when fused).
@@ -152,13 +174,14 @@ class CtcPrefixBeamSearch:
 
 def ctc_prefix_beam_search(
     log_probs: torch.Tensor, beam: int, blank_id: int = 0, fusion: Fusion | None = None,
-    context: ContextGraph | None = None,
+    context: ContextGraph | None = None, unbiased_keep: int | None = None,
 ) -> list[tuple[list[int], float]]:
     """One-shot CTC prefix beam search over (T', V) log-probabilities.
 
     Returns:
-        up to ``beam`` (tokens, CTC log-probability) pairs, best first.
+        up to ``beam`` (+ ``unbiased_keep`` with a context graph) (tokens, CTC log-probability)
+        pairs, best first.
     """
-    search = CtcPrefixBeamSearch(beam, blank_id, fusion, context)
+    search = CtcPrefixBeamSearch(beam, blank_id, fusion, context, unbiased_keep)
     search.advance(log_probs)
     return search.nbest()

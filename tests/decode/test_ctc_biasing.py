@@ -55,6 +55,39 @@ def test_unfinished_phrases_leave_the_final_ranking_as_without_biasing(seed):
     assert [h for h, _ in biased.nbest(complete=False)] == [h for h, _ in expected]
 
 
+def test_room_for_unbiased_prefixes_saves_what_was_said_from_a_failed_phrase():
+    # Said: 1 5 1. The phrase (2, 5, 3) starts with frame 0's runner-up and goes on with frame 1's 5:
+    # its provisional bonus fills a two-prefix beam with (2,) and (2, 5), the phrase then fails, and
+    # the prefix that was said is gone. One slot kept on the unbiased score keeps it to the end.
+    probs = torch.tensor([[0.2, 0.5, 0.3, 0.0, 0.0, 0.0],
+                          [0.45, 0.0, 0.0, 0.0, 0.0, 0.55],
+                          [0.3, 0.6, 0.1, 0.0, 0.0, 0.0],
+                          [0.9, 0.05, 0.05, 0.0, 0.0, 0.0]]) + 1e-4
+    lp = probs.log()
+    graph = ContextGraph([((2, 5, 3), 2.0)])
+    assert ctc_prefix_beam_search(lp, 2)[0][0] == [1, 5, 1]
+    assert ctc_prefix_beam_search(lp, 2, 0, None, graph, unbiased_keep=0)[0][0] == [2, 5]
+    nbest = ctc_prefix_beam_search(lp, 2, 0, None, graph, unbiased_keep=1)
+    assert nbest[0][0] == [1, 5, 1] and len(nbest) == 3  # the beam plus one kept for its unbiased score
+
+
+def test_room_for_unbiased_prefixes_still_lets_a_phrase_win():
+    probs = torch.tensor([[0.05, 0.0, 0.0, 0.95, 0.0, 0.0],
+                          [0.0, 0.0, 0.0, 0.0, 0.55, 0.45],
+                          [0.98, 0.0, 0.0, 0.0, 0.01, 0.01]]) + 1e-4
+    graph = ContextGraph([((3, 5), 1.0)])
+    for keep in (0, 1, 4):
+        assert ctc_prefix_beam_search(probs.log(), 2, 0, None, graph, unbiased_keep=keep)[0][0] == [3, 5]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_room_for_unbiased_prefixes_is_nothing_without_a_graph(seed):
+    lp = random_log_probs(seed, 20, 6)
+    assert ctc_prefix_beam_search(lp, 3, unbiased_keep=5) == ctc_prefix_beam_search(lp, 3)
+    with pytest.raises(ValueError, match="unbiased_keep"):
+        CtcPrefixBeamSearch(3, 0, context=ContextGraph([((1,), 1.0)]), unbiased_keep=-1)
+
+
 def test_rescoring_adds_the_share_of_the_bonus_it_keeps(tiny_model):
     enc = torch.randn(1, 12, tiny_model.encoder.output_size)  # (1, T', D)
     nbest = [([1, 2, 3], -1.0), ([1, 4], -2.0), ([], -3.0)]
