@@ -35,7 +35,9 @@ def test_bias_turns_a_near_miss_into_the_phrase():
     lp = probs.log()
     assert ctc_prefix_beam_search(lp, 4)[0][0] == [3, 4]
     graph = ContextGraph([((3, 5), 1.0)])
-    best, ctc = ctc_prefix_beam_search(lp, 4, 0, None, graph)[0]
+    assert ctc_prefix_beam_search(lp, 4, 0, None, graph)[0][0] == [3, 5]
+    # The score returned is CTC's alone; without extra unbiased prefixes the beam prunes as the plain one.
+    best, ctc = ctc_prefix_beam_search(lp, 4, 0, None, graph, unbiased_keep=0)[0]
     assert best == [3, 5]
     assert ctc == pytest.approx(dict((tuple(h), s) for h, s in ctc_prefix_beam_search(lp, 4))[(3, 5)])
 
