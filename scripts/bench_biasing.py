@@ -50,9 +50,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scores", help="hotword scores to compare (comma-separated; default --hotword-score)")
     parser.add_argument("--rescore-weights", help="shares of the bonus rescoring keeps (default --hotword-rescore-weight)")
     parser.add_argument("--beam", type=int, default=10)
-    parser.add_argument("--unbiased-keep", type=int, default=None,
-                        help="prefixes the biased search keeps on their unbiased score beside the beam "
-                             "(asr/decode/ctc_prefix_beam.py; default its DEFAULT_UNBIASED_KEEP)")
     parser.add_argument("--ctc-weight", type=float, default=0.5)
     parser.add_argument("--max-utts", type=int, help="only the first N utterances of each set")
     parser.add_argument("--false-alarm-cuts", help="ordinary utterances (default: cuts_test of the model's corpus)")
@@ -105,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             decode_lists = [None] * len(entries) if size is None else [utterance_list(e, size) for e in entries]
             scored = own if size is None else decode_lists
             row = decode_setting(model, tokenizer, encoded, decode_lists, scored, compiler, fusion, args.beam,
-                                 args.ctc_weight, args.rescore_weights, args.unbiased_keep)
+                                 args.ctc_weight, args.rescore_weights, args.hotword_unbiased_keep)
             cells = [row.ctc] + [row.rescored[w] for w in args.rescore_weights]
             label = "none" if size is None else f"N={size}"
             print(f"| {lm_name} | {label} | {'-' if score is None else f'{score:g}'} | "
@@ -167,7 +164,7 @@ def false_alarm(args, cfg, model, tokenizer, fusions) -> list[dict]:
         for label, decode_list in (("none", None), (f"{len(words)} rare words", words)):
             row = decode_setting(model, tokenizer, encoded, [decode_list] * len(encoded), [words] * len(encoded),
                                  compiler, fusion, args.beam, args.ctc_weight, [args.hotword_rescore_weight],
-                                 args.unbiased_keep)
+                                 args.hotword_unbiased_keep)
             rescored = row.rescored[args.hotword_rescore_weight]
             print(f"| {lm_name} | {label} | {pct(row.ctc.wer)} | {pct(rescored.wer)} |", flush=True)
             out.append({"lm": lm_name, "list": label, "ctc_wer": row.ctc.wer, "rescored_wer": rescored.wer})

@@ -116,7 +116,7 @@ def build_server(args: argparse.Namespace):
         chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features),
         hotwords=read_hotwords(args.hotwords) if args.hotwords else (), hotword_score=args.hotword_score,
-        hotword_rescore_weight=args.hotword_rescore_weight,
+        hotword_rescore_weight=args.hotword_rescore_weight, hotword_unbiased_keep=args.hotword_unbiased_keep,
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,

@@ -46,11 +46,19 @@ class ContextGraph:
         provisional: share of the bonus a phrase being spelled holds before it completes (the potential
             is scaled by it; a completed phrase always keeps its whole bonus). Below 1 the beam is pulled
             less towards the beginnings of phrases that are not there.
+        unbiased_keep: how many prefixes a search biased by this graph keeps on their unbiased score beside
+            its beam (``asr.decode.ctc_prefix_beam``); None: the search's default. It travels with the
+            graph so that every search a compiled list reaches (decode, stream, each server connection)
+            applies the same setting.
     """
 
-    def __init__(self, phrases: Iterable[tuple[Sequence[int], float]], provisional: float = 1.0) -> None:
+    def __init__(self, phrases: Iterable[tuple[Sequence[int], float]], provisional: float = 1.0,
+                 unbiased_keep: int | None = None) -> None:
         if not (math.isfinite(provisional) and 0.0 <= provisional <= 1.0):
             raise ValueError(f"provisional ({provisional}) must lie in [0, 1]")
+        if unbiased_keep is not None and unbiased_keep < 0:
+            raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0")
+        self.unbiased_keep = unbiased_keep
         best: dict[tuple[int, ...], float] = {}
         for tokens, score in phrases:
             tokens = tuple(int(t) for t in tokens)

@@ -61,15 +61,18 @@ class CtcPrefixBeamSearch:
         fusion: a language model to rank prefixes with (None: CTC alone).
         context: a hotword context graph to bias the ranking with (None: no biasing).
         unbiased_keep: with ``context``, prefixes kept after each frame on their unbiased score
-            (CTC plus fusion) besides the ``beam`` best biased ones (the module docstring); None:
-            :data:`DEFAULT_UNBIASED_KEEP`.
+            (CTC plus fusion) besides the ``beam`` best biased ones (the module docstring); None: the
+            graph's own setting (``ContextGraph.unbiased_keep``), else :data:`DEFAULT_UNBIASED_KEEP`.
     """
 
     def __init__(self, beam: int, blank_id: int = 0, fusion: Fusion | None = None,
                  context: ContextGraph | None = None, unbiased_keep: int | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
-        unbiased_keep = DEFAULT_UNBIASED_KEEP if unbiased_keep is None else unbiased_keep
+        if unbiased_keep is None:
+            unbiased_keep = getattr(context, "unbiased_keep", None)
+        if unbiased_keep is None:
+            unbiased_keep = DEFAULT_UNBIASED_KEEP
         if unbiased_keep < 0:
             raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0.")
         # An empty graph biases nothing, so it changes nothing (no extra prefixes either).

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asr.decode.context_graph import ContextGraph
+from asr.decode.ctc_prefix_beam import DEFAULT_UNBIASED_KEEP
 
 # Chosen on the biasing dev split (dev voices, never the test voices), N = 100, quickstart model, no LMs, first 50
 # utterances (rescored WER % / B-WER %): score 2: 33.41 / 70.18; 4: 32.70 / 52.63; 6: 36.73 / 50.88 (README).
@@ -79,7 +80,9 @@ class Biasing:
     words: frozenset[str]
 
     def settings(self) -> dict:
-        return {"phrases": len(self.phrases), "graph_states": self.graph.num_states}
+        keep = self.graph.unbiased_keep
+        return {"phrases": len(self.phrases), "graph_states": self.graph.num_states,
+                "unbiased_keep": DEFAULT_UNBIASED_KEEP if keep is None else keep}
 
 
 def parse_entry(line: str) -> Entry:
@@ -162,11 +165,16 @@ class HotwordCompiler:
         tokenizer: the ASR model's (``encode``, ``id_to_piece``, special ids).
         default_score: bonus per token of a phrase without its own score (> 0).
         cache_size: compiled lists kept (0: none).
+        unbiased_keep: set on every graph it compiles (``ContextGraph.unbiased_keep``; None: the search's default).
     """
 
-    def __init__(self, tokenizer, default_score: float = DEFAULT_HOTWORD_SCORE, cache_size: int = 64) -> None:
+    def __init__(self, tokenizer, default_score: float = DEFAULT_HOTWORD_SCORE, cache_size: int = 64,
+                 unbiased_keep: int | None = None) -> None:
         if not (math.isfinite(default_score) and default_score > 0):
             raise ValueError(f"hotword score ({default_score}) must be a finite number > 0.")
+        if unbiased_keep is not None and unbiased_keep < 0:
+            raise ValueError(f"hotword unbiased keep ({unbiased_keep}) must be >= 0.")
+        self.unbiased_keep = unbiased_keep
         self.tokenizer = tokenizer
         self.default_score = default_score
         self.cache_size = cache_size
@@ -209,7 +217,7 @@ class HotwordCompiler:
                 self._cache.move_to_end(key)
                 self.hits += 1
                 return hit
-        graph = ContextGraph((self._tokens(text), score) for text, score in key)
+        graph = ContextGraph(((self._tokens(text), score) for text, score in key), unbiased_keep=self.unbiased_keep)
         biasing = Biasing(graph, key, frozenset(w for text, _ in key for w in text.split()))
         with self._lock:
             self.misses += 1
@@ -237,10 +245,16 @@ def add_hotword_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hotword-rescore-weight", type=float, default=DEFAULT_RESCORE_WEIGHT,
                         help=f"weight of the kept hotword bonus in attention rescoring's sentence scores "
                              f"(default {DEFAULT_RESCORE_WEIGHT})")
+    parser.add_argument("--hotword-unbiased-keep", type=int, default=None, metavar="N",
+                        help="prefixes the biased CTC beam keeps on their unbiased score beside its beam, so a "
+                             "long list cannot prune what was said (default: asr.decode.ctc_prefix_beam."
+                             "DEFAULT_UNBIASED_KEEP; 0: none, the search's cheapest)")
 
 
 def biasing_from_args(args: argparse.Namespace, tokenizer) -> Biasing | None:
     """The biasing ``add_hotword_arguments``' options ask for (None without ``--hotwords``)."""
     if not getattr(args, "hotwords", None):
         return None
-    return HotwordCompiler(tokenizer, args.hotword_score, cache_size=0).compile(read_hotwords(args.hotwords))
+    compiler = HotwordCompiler(tokenizer, args.hotword_score, cache_size=0,
+                               unbiased_keep=getattr(args, "hotword_unbiased_keep", None))
+    return compiler.compile(read_hotwords(args.hotwords))

@@ -270,6 +270,7 @@ class Recognizer:
             a stream's own list (``create_stream(hotwords=...)``) is merged with it.
         hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score, and the
             share of it rescoring keeps (``asr.decode.hotwords``); compiled lists are cached by content.
+        hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default).
     """
 
     def __init__(
@@ -289,6 +290,7 @@ class Recognizer:
         hotwords=(),
         hotword_score: float = DEFAULT_HOTWORD_SCORE,
         hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
+        hotword_unbiased_keep: int | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -323,6 +325,7 @@ class Recognizer:
         self.hotword_rescore_weight = hotword_rescore_weight
         self.hotwords = as_entries(hotwords)
         self._hotword_score = hotword_score
+        self._hotword_unbiased_keep = hotword_unbiased_keep
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         if self.hotwords:
             self.compile_hotwords([])  # a bad server-wide list fails now, not at the first connection
@@ -340,7 +343,8 @@ class Recognizer:
         if not entries:
             return None
         if self._compiler is None:
-            self._compiler = HotwordCompiler(self.tokenizer, self._hotword_score)
+            self._compiler = HotwordCompiler(self.tokenizer, self._hotword_score,
+                                             unbiased_keep=self._hotword_unbiased_keep)
         return self._compiler.compile(entries)
 
     def create_stream(self, hotwords=None) -> Stream:

@@ -57,6 +57,8 @@ class StreamingRecognizer:
             ``Biasing``); they bias partials and the final result, and join the word LM's lexicon.
         hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score; share of the
             bonus the rescoring keeps (``asr.decode.hotwords``).
+        hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default;
+            a compiled ``Biasing`` brings its own).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class StreamingRecognizer:
         hotwords=None,
         hotword_score: float = DEFAULT_HOTWORD_SCORE,
         hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
+        hotword_unbiased_keep: int | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -89,6 +92,7 @@ class StreamingRecognizer:
         self.beam = beam
         self.hotword_rescore_weight = hotword_rescore_weight
         self.hotword_score = hotword_score
+        self.hotword_unbiased_keep = hotword_unbiased_keep
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         self._base_fusion = fusion
         self.set_hotwords(hotwords)
@@ -99,7 +103,8 @@ class StreamingRecognizer:
         Raises ``asr.decode.hotwords.HotwordError`` for an entry that cannot be used.
         """
         if hotwords is not None and not isinstance(hotwords, Biasing) and self._compiler is None:
-            self._compiler = HotwordCompiler(self.tokenizer, self.hotword_score, cache_size=4)
+            self._compiler = HotwordCompiler(self.tokenizer, self.hotword_score, cache_size=4,
+                                             unbiased_keep=self.hotword_unbiased_keep)
         self.biasing: Biasing | None = resolve(self._compiler, hotwords)
         base = self._base_fusion
         self.fusion = base.with_words(self.biasing.words) if base is not None and self.biasing is not None else base

@@ -90,3 +90,37 @@ def test_cache_is_keyed_by_content(char_tok):
     compiler.compile(["dora"])  # evicts the oldest
     assert compiler.compile(["anna", "bob"]) is not first
     assert compiler.compile(["anna", "bob:3"]).phrases != first.phrases
+
+
+def test_unbiased_keep_travels_with_the_compiled_graph(char_tok):
+    """The compiler's setting lands on every graph (and so on every search it reaches); the default
+    is the search's; a negative one is refused; the flag reaches biasing_from_args."""
+    import argparse
+
+    from asr.decode.ctc_prefix_beam import DEFAULT_UNBIASED_KEEP, CtcPrefixBeamSearch
+    from asr.decode.hotwords import add_hotword_arguments
+
+    biasing = HotwordCompiler(char_tok, unbiased_keep=3).compile(["anna"])
+    assert biasing.graph.unbiased_keep == 3 and biasing.settings()["unbiased_keep"] == 3
+    assert CtcPrefixBeamSearch(4, 0, context=biasing.graph).unbiased_keep == 3
+    assert CtcPrefixBeamSearch(4, 0, context=biasing.graph, unbiased_keep=1).unbiased_keep == 1  # explicit wins
+    default = HotwordCompiler(char_tok).compile(["anna"])
+    assert default.graph.unbiased_keep is None and default.settings()["unbiased_keep"] == DEFAULT_UNBIASED_KEEP
+    assert CtcPrefixBeamSearch(4, 0, context=default.graph).unbiased_keep == DEFAULT_UNBIASED_KEEP
+    with pytest.raises(ValueError, match="unbiased keep"):
+        HotwordCompiler(char_tok, unbiased_keep=-1)
+    parser = argparse.ArgumentParser()
+    add_hotword_arguments(parser)
+    assert parser.parse_args([]).hotword_unbiased_keep is None
+
+
+def test_hotword_unbiased_keep_flag_reaches_the_graph(char_tok, tmp_path):
+    import argparse
+
+    from asr.decode.hotwords import add_hotword_arguments, biasing_from_args
+
+    (tmp_path / "words.txt").write_text("anna\n")
+    parser = argparse.ArgumentParser()
+    add_hotword_arguments(parser)
+    args = parser.parse_args(["--hotwords", str(tmp_path / "words.txt"), "--hotword-unbiased-keep", "0"])
+    assert biasing_from_args(args, char_tok).graph.unbiased_keep == 0
