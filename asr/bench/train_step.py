@@ -44,7 +44,11 @@ PHASES = ("data", "encoder", "decoder", "loss", "backward_decoder_loss", "backwa
 
 def build_training(cfg: DictConfig):
     """(data module, LightningModule, optimizer, scheduler) as ``train(cfg)`` builds them."""
-    datamodule = instantiate(cfg.data, world_size=1, rank=0)
+    from asr.train.run import run_features
+
+    # The run's fbank options, as train() passes them: without them the data module extracts LEGACY
+    # fbank (and a feature store built for the recipe's options would be rebuilt for those).
+    datamodule = instantiate(cfg.data, world_size=1, rank=0, features=run_features(cfg).to_dict())
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = build_module(cfg, datamodule.tokenizer)

@@ -54,3 +54,36 @@ def test_encoder_side_by_side_has_a_row_per_encoder():
     results = benchmark(["ours"], size, batch=2, frames=40, repeats=2, warmup=1)
     assert [r.name for r in results] == ["ours"] and len(results[0].cpu) == 2 and results[0].params > 0
     assert "ours" in table(results)
+
+
+def test_build_training_gives_the_data_module_the_runs_fbank_options(monkeypatch):
+    """As train() does: without them the data module extracted LEGACY fbank, so the profile measured
+    another frontend and rebuilt the recipe's feature store for it."""
+    from omegaconf import OmegaConf
+
+    from asr.bench import train_step
+    from asr.train.run import run_features
+
+    seen = {}
+
+    class FakeData:
+        tokenizer = None
+
+        def prepare_data(self):
+            pass
+
+        def setup(self, stage):
+            pass
+
+    def fake_instantiate(node, **kwargs):
+        seen.update(kwargs)
+        return FakeData()
+
+    monkeypatch.setattr(train_step, "instantiate", fake_instantiate)
+    monkeypatch.setattr(train_step, "build_module", lambda cfg, tok: type("M", (), {"model": None})())
+    monkeypatch.setattr(train_step, "make_optimizer", lambda cfg, model: (None, None))
+    cfg = OmegaConf.create({"data": {"_target_": "x"}, "features": {"window_type": "hann", "mel_banks": "librosa",
+                                                                    "remove_dc_offset": False}})
+    train_step.build_training(cfg)
+    assert seen["features"] == run_features(cfg).to_dict()
+    assert seen["features"]["mel_banks"] == "librosa"
