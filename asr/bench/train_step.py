@@ -51,7 +51,7 @@ def build_training(cfg: DictConfig):
     datamodule = instantiate(cfg.data, world_size=1, rank=0, features=run_features(cfg).to_dict())
     datamodule.prepare_data()
     datamodule.setup("fit")
-    module = build_module(cfg, datamodule.tokenizer)
+    module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path)
     optimizer, scheduler = make_optimizer(cfg, module.model)
     return datamodule, module, optimizer, scheduler
 

@@ -68,6 +68,7 @@ def test_build_training_gives_the_data_module_the_runs_fbank_options(monkeypatch
 
     class FakeData:
         tokenizer = None
+        cmvn_path = "cmvn.json"
 
         def prepare_data(self):
             pass
@@ -80,7 +81,7 @@ def test_build_training_gives_the_data_module_the_runs_fbank_options(monkeypatch
         return FakeData()
 
     monkeypatch.setattr(train_step, "instantiate", fake_instantiate)
-    monkeypatch.setattr(train_step, "build_module", lambda cfg, tok: type("M", (), {"model": None})())
+    monkeypatch.setattr(train_step, "build_module", lambda cfg, tok, cmvn_path: type("M", (), {"model": None})())
     monkeypatch.setattr(train_step, "make_optimizer", lambda cfg, model: (None, None))
     cfg = OmegaConf.create({"data": {"_target_": "x"}, "features": {"window_type": "hann", "mel_banks": "librosa",
                                                                     "remove_dc_offset": False}})
