@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.data.batch import Batch
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
-from asr.train.run import build_module
+from asr.train.run import build_module, run_features
 from asr.train.schedule import build_scheduler
 
 PHASES = ("data", "encoder", "decoder", "loss", "backward_decoder_loss", "backward_encoder", "optimizer")
@@ -44,8 +44,6 @@ PHASES = ("data", "encoder", "decoder", "loss", "backward_decoder_loss", "backwa
 
 def build_training(cfg: DictConfig):
     """(data module, LightningModule, optimizer, scheduler) as ``train(cfg)`` builds them."""
-    from asr.train.run import run_features
-
     # The run's fbank options, as train() passes them: without them the data module extracts LEGACY
     # fbank (and a feature store built for the recipe's options would be rebuilt for those).
     datamodule = instantiate(cfg.data, world_size=1, rank=0, features=run_features(cfg).to_dict())

@@ -24,6 +24,7 @@ on the way, and what remains is a false alarm or a mangled word.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import torch
@@ -38,6 +39,14 @@ NEG_INF = float("-inf")
 # (6.39 without a list): keep 0: 20.81 / 52.48, 12.67 (share 1 of the bonus); 10: 19.36 / 54.61, 7.16;
 # 20: 17.49 / 57.45, 5.95. The search then costs ~2x the unbiased one (README, Hotwords).
 DEFAULT_UNBIASED_KEEP = 20
+
+
+def unbiased_keep_for(context: ContextGraph | None, unbiased_keep: int | None = None) -> int:
+    """The room a search biased by ``context`` keeps for unbiased prefixes: ``unbiased_keep`` when given,
+    else the graph's own setting, else :data:`DEFAULT_UNBIASED_KEEP`."""
+    if unbiased_keep is None:
+        unbiased_keep = getattr(context, "unbiased_keep", None)
+    return DEFAULT_UNBIASED_KEEP if unbiased_keep is None else unbiased_keep
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -69,10 +78,7 @@ class CtcPrefixBeamSearch:
                  context: ContextGraph | None = None, unbiased_keep: int | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
-        if unbiased_keep is None:
-            unbiased_keep = getattr(context, "unbiased_keep", None)
-        if unbiased_keep is None:
-            unbiased_keep = DEFAULT_UNBIASED_KEEP
+        unbiased_keep = unbiased_keep_for(context, unbiased_keep)
         if unbiased_keep < 0:
             raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0.")
         # An empty graph biases nothing, so it changes nothing (no extra prefixes either).
@@ -148,7 +154,7 @@ class CtcPrefixBeamSearch:
         kept = scored[: self.beam]
         if self.unbiased_keep and len(scored) > self.beam:
             # The best prefixes without the hotword bonus, where the biased ranking dropped them.
-            unbiased = sorted(scored, key=lambda s: s[0] + s[2][2], reverse=True)[: self.unbiased_keep]
+            unbiased = heapq.nlargest(self.unbiased_keep, scored, key=lambda s: s[0] + s[2][2])
             chosen = {prefix for _, prefix, _ in kept}
             kept += [s for s in unbiased if s[1] not in chosen]
         self._beams = {prefix: tuple(v) for _, prefix, v in kept}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asr.decode.context_graph import ContextGraph
-from asr.decode.ctc_prefix_beam import DEFAULT_UNBIASED_KEEP
+from asr.decode.ctc_prefix_beam import unbiased_keep_for
 
 # Chosen on the biasing dev split (dev voices, never the test voices), N = 100, quickstart model, no LMs, first 50
 # utterances (rescored WER % / B-WER %): score 2: 33.41 / 70.18; 4: 32.70 / 52.63; 6: 36.73 / 50.88 (README).
@@ -80,9 +80,8 @@ class Biasing:
     words: frozenset[str]
 
     def settings(self) -> dict:
-        keep = self.graph.unbiased_keep
         return {"phrases": len(self.phrases), "graph_states": self.graph.num_states,
-                "unbiased_keep": DEFAULT_UNBIASED_KEEP if keep is None else keep}
+                "unbiased_keep": unbiased_keep_for(self.graph)}
 
 
 def parse_entry(line: str) -> Entry:

@@ -22,7 +22,6 @@ A training checkpoint carries everything needed to use the model elsewhere:
 from __future__ import annotations
 
 import pickle
-
 import tempfile
 from pathlib import Path
 from typing import Any
