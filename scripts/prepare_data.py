@@ -82,9 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "two voices with formants scaled 0.78-1.05. pico_scaled: pico, and eSpeak's formants "
                         "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices "
                         "(Hibari, Piper's joe), so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read "
-                        "55%%. neural_hibari (default): neural with Hibari 80%% of the neural share. "
-                        "neural_hibari_capture30 / _capture60: neural_hibari with 30%% / 60%% of train through "
-                        "capture paths (asr/synth/capture.py TRAIN_RANGES: other settings than --capture's) "
+                        "55%%. neural_hibari: neural with Hibari 80%% of the neural share. "
+                        "neural_hibari_capture30 (default) / _capture60: neural_hibari with 30%% / 60%% of train "
+                        "through capture paths (asr/synth/capture.py TRAIN_RANGES: other settings than --capture's). "
+                        "*_passages: neural_hibari or its capture30 with 10%% of train read as passages of 2-5 "
+                        "sentences (asr/synth/passages.py) "
                         "(asr/synth/corpus.py PROFILES). "
                         "Dev, test and long are clean eSpeak under every profile")
     p.add_argument("--probes", action="store_true",
