@@ -5,10 +5,12 @@ Scope (``compile.scope``):
 * ``blocks`` (regional compilation): each encoder block and each decoder layer is compiled in
   place. The blocks of a stack share their code, so one graph serves every layer (the
   parameters are graph inputs): compile time is that of one block, not of the model, which
-  matters on a 2-core CPU where inductor takes minutes. The blocks take only tensors, so the
-  per-batch chunk draw (ints) never reaches a graph: a block sees a (B, 1, T') full-context
-  mask or a (B, T', T') chunk mask, two graphs, times the scorer's own shape cases (rel_xl:
-  T' below or above its query block).
+  matters on a 2-core CPU where inductor takes minutes. The design was that blocks take only
+  tensors, so the per-batch chunk draw (ints) never reaches a graph. Since the blocked attention
+  the encoder passes its ``ChunkMask`` (``asr.model.masks``) to the blocks, and its ints do reach
+  the guards (chunk 0 or not, left chunks -1 or not, one key block or several): measured
+  2026-11-26 with ``TORCH_LOGS=recompiles scripts/bench_train_step.py --recompiles blocks``,
+  it fills the recompile limit (README, "Compiled step").
 * ``model``: the whole ``AsrModel.forward`` (encoder, CTC, decoders, losses) is one graph;
   the chunk ints then become part of its guards (full context, bounded and unbounded left
   context each compile separately).
