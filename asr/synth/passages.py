@@ -9,8 +9,8 @@ floor under it all) teaches that a pause is neither the end of the utterance nor
 
 The long edges are there for streams: a live stream (a microphone opened before its user
 speaks, the next utterance after an endpoint) reaches speech after seconds of silence that
-sit in the attention cache and the online CMN's running mean. Measured on the default
-quickstart model (single sentences with 0.05-0.6 s edges), C16/L4 greedy over 40 test
+sit in the attention cache and the online CMN's running mean. Measured on the neural_hibari
+quickstart model (the default until 2026-11-25; single sentences with 0.05-0.6 s edges), C16/L4 greedy over 40 test
 utterances: 26.3% WER from a fresh stream, 36.5% after 0.64 s of -70 dBFS noise, 57.6%
 after 1.28 s, 79.0% after 2.56 s. Measured as a profile (``neural_hibari_capture30_passages``
 against the default, same recipe, 2026-11-25): at a share of 0.1 the model lost less to a
