@@ -13,7 +13,9 @@ in a fresh subprocess with greedy CTC, whose resident memory is polled: past --r
 run: status, wall seconds (model loading included), decode seconds and RTF from the decode's
 summary, the child's peak RSS (ru_maxrss) and the WER over the whole file.
 
-Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks).
+Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks); a
+``_pauses`` suffix (full_pauses, chunk16_left4_pauses) cuts the file at its pauses first
+(decode.py --segment-at-pauses, asr.decode.segment).
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ from asr.bench.long_form import build_long_file, long_file_name, run_guarded  # 
 from asr.decode.memory import parse_bytes  # noqa: E402
 
 
-def parse_setting(text: str) -> tuple[int, int]:
-    if text == "full":
-        return 0, -1
-    match = re.fullmatch(r"chunk(\d+)_left(-?\d+)", text)
+def parse_setting(text: str) -> tuple[int, int, bool]:
+    """(chunk size, left chunks, cut at pauses) of a setting name."""
+    base, pauses = (text[: -len("_pauses")], True) if text.endswith("_pauses") else (text, False)
+    if base == "full":
+        return 0, -1, pauses
+    match = re.fullmatch(r"chunk(\d+)_left(-?\d+)", base)
     if match is None:
-        raise argparse.ArgumentTypeError(f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4")
-    return int(match.group(1)), int(match.group(2))
+        raise argparse.ArgumentTypeError(
+            f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4, optionally + _pauses")
+    return int(match.group(1)), int(match.group(2)), pauses
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'peak RSS GiB':>12} {'WER %':>6}  (load average {os.getloadavg()[0]:.1f}, repo {args.repo})", flush=True)
     for minutes in args.minutes:
         cuts = build_long_file(Path(args.data_dir) / f"cuts_{args.split}.jsonl.gz", args.data_dir, work, minutes)
-        for name, chunk, left in settings:
+        for name, chunk, left, pauses in settings:
             out_dir = work / f"{long_file_name(minutes)}_{name}{'_' + args.tag if args.tag else ''}"
             cmd = [sys.executable, "scripts/decode.py", "--checkpoint", str(Path(args.checkpoint).resolve()),
                    "--cuts", str(cuts), "--data-dir", str(work), "--modes", "ctc_greedy",
-                   "--chunk-size", str(chunk), "--left-chunks", str(left), "--batch-seconds", "1000000",
-                   "--threads", str(args.threads), "--out-dir", str(out_dir)]
+                   "--chunk-size", str(chunk), "--left-chunks", str(left), "--threads", str(args.threads),
+                   "--out-dir", str(out_dir)]
+            # one long file is one batch; its pieces batch like any split (decode.py's default seconds a batch)
+            cmd += ["--segment-at-pauses"] if pauses else ["--batch-seconds", "1000000"]
             (out_dir / "summary.json").unlink(missing_ok=True)
             run = run_guarded(cmd, args.repo, env, rss_limit, timeout_s=args.timeout)
             summary_file = out_dir / "summary.json"

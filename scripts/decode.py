@@ -42,6 +42,7 @@ from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
 from asr.decode.memory import default_budget, parse_bytes  # noqa: E402
+from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
@@ -72,7 +73,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="bytes a forward may add (e.g. 6G); over it a batch is decoded one utterance at a time, "
                              "an utterance with the blocked attention, or skipped with advice (counted); 'auto': 80%% "
                              "of the memory available at the start; 'none': no check")
+    parser.add_argument("--segment-at-pauses", action="store_true",
+                        help="cut each utterance at its pauses and decode the pieces on their own (long audio, "
+                             "passages: asr.decode.segment); it is still scored whole")
+    parser.add_argument("--min-pause", type=float, default=PauseSegmenter.min_pause_s,
+                        help="with --segment-at-pauses: shortest pause (s) that separates two pieces")
+    parser.add_argument("--max-piece", type=float, default=PauseSegmenter.max_piece_s,
+                        help="with --segment-at-pauses: a longer piece (s) is split at its quietest moment")
     args = parser.parse_args(argv)
+    args.segmenter = None
+    if args.segment_at_pauses:
+        try:
+            args.segmenter = PauseSegmenter(min_pause_s=args.min_pause, max_piece_s=args.max_piece)
+        except ValueError as err:
+            parser.error(f"--segment-at-pauses: {err}")
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
@@ -100,6 +114,7 @@ def default_out_dir(args: argparse.Namespace) -> Path:
     name = Path(args.cuts).name.split(".")[0] if args.cuts else args.split
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
     lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "") + ("_hotwords" if args.hotwords else "")
+    lm += "_pauses" if args.segment_at_pauses else ""
     return run_dir / "decode" / f"{name}_{ctx}{lm}"
 
 
@@ -116,6 +131,10 @@ def format_table(summary: dict) -> str:
     if summary.get("hotwords"):
         hot = summary["hotwords"]
         ctx += f"; {hot['phrases']} hotwords, score {hot['score']}, rescoring keeps {hot['rescore_weight']}"
+    if summary.get("segments"):
+        seg = summary["segments"]
+        ctx += (f"; cut at pauses >= {seg['min_pause_s']} s into {seg['pieces']} pieces, "
+                f"{seg['pause_seconds']:.1f} s of pauses not decoded")
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
@@ -150,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
         memory_budget=args.memory_budget,
-        biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight,
+        biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight, segmenter=args.segmenter,
     )
     out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ import torch
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.memory import plan_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
+from asr.decode.segment import FRAMES_PER_SECOND, PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
 from asr.lm.fusion import Fusion
 
@@ -176,6 +177,7 @@ def evaluate_utterances(
     memory_budget: int | None = None,
     biasing: Biasing | Mapping[str, Biasing | None] | None = None,
     hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
+    segmenter: PauseSegmenter | None = None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -190,6 +192,8 @@ def evaluate_utterances(
             (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
         progress: show a progress bar over the batches.
         memory_budget: bytes a forward may add at its peak (``asr.decode.memory``); None: no guard.
+        segmenter: cut every utterance at its pauses (``asr.decode.segment``) and decode the pieces
+            on their own; an utterance's hypothesis joins its pieces' in order, and it is scored whole.
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
     a WER over the utterances that happened to decode would not be comparable with
@@ -201,33 +205,39 @@ def evaluate_utterances(
     utts = eval_set.utterances
     if not utts:
         raise ValueError(f"no utterances to decode (skipped: {dict(eval_set.skipped) or 'none'})")
-    hyps = {m: [""] * len(utts) for m in modes}  # manifest order, whatever the batching
+    units, owner, cuts = (utts, list(range(len(utts))), None) if segmenter is None else _cut_at_pauses(utts, segmenter)
+    unit_hyps = {m: [""] * len(units) for m in modes}  # manifest order, whatever the batching
     seconds = dict.fromkeys(modes, 0.0)
-    skipped, over_budget, blocked_utts = Counter(eval_set.skipped), set(), 0
-    batches = duration_batches([u.seconds for u in utts], batch_seconds)
+    skipped, over_budget, blocked_units = Counter(eval_set.skipped), set(), 0
+    batches = duration_batches([u.seconds for u in units], batch_seconds)
     if progress:
         from tqdm import tqdm
 
         batches = tqdm(list(batches), desc="decoding", unit="batch")
-    frames = [u.feats.size(0) for u in utts]
+    frames = [u.feats.size(0) for u in units]
     for batch in batches:
         groups, over = ([(batch, False)], []) if memory_budget is None else plan_batch(
             model, frames, batch, chunk_size, left_chunks, memory_budget)
         for i, need in over:
-            over_budget.add(i)
-            skipped["over_memory_budget"] += 1
-            print(f"decode: skipped {utts[i].key} ({utts[i].seconds:.0f} s): decoding it this way needs about "
+            if owner[i] not in over_budget:
+                skipped["over_memory_budget"] += 1
+            over_budget.add(owner[i])
+            print(f"decode: skipped {units[i].key} ({units[i].seconds:.0f} s): decoding it this way needs about "
                   f"{need / 2**30:.1f} GiB, over the {memory_budget / 2**30:.1f} GiB memory budget; decode it with "
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
                   f"--memory-budget", file=sys.stderr)
         for group, forced in groups:
-            blocked_utts += len(group) if forced else 0
+            blocked_units += len(group) if forced else 0
             group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
-                             else [biasing.get(utts[i].key) for i in group])
-            _decode_group(model, tokenizer, utts, group, modes, hyps, seconds, forced, beam=beam,
+                             else [biasing.get(utts[owner[i]].key) for i in group])
+            _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, beam=beam,
                           chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
                           reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
                           hotword_rescore_weight=hotword_rescore_weight)
+    hyps = {m: [""] * len(utts) for m in modes}
+    for m in modes:
+        for i, hyp in zip(owner, unit_hyps[m]):  # pieces in order: join their words
+            hyps[m][i] = f"{hyps[m][i]} {hyp}".strip() if hyp else hyps[m][i]
     decoded = [i for i in range(len(utts)) if i not in over_budget]
     audio_s = sum(utts[i].seconds for i in decoded)
     results = {}
@@ -245,8 +255,27 @@ def evaluate_utterances(
         settings["hotwords"] = {"per_utterance": not isinstance(biasing, Biasing),
                                 "rescore_weight": hotword_rescore_weight}
     if memory_budget is not None:
-        settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_utts}
+        settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_units}
+    if segmenter is not None:
+        settings["segments"] = {"min_pause_s": segmenter.min_pause_s, "max_piece_s": segmenter.max_piece_s,
+                                "pieces": len(units),
+                                "pause_seconds": sum(c.pause_frames for c in cuts) / FRAMES_PER_SECOND}
     return SplitResult(results, settings, audio_s, skipped)
+
+
+def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
+                   ) -> tuple[list[Utterance], list[int], list[Pieces]]:
+    """The pieces of every utterance as utterances of their own (keys ``<key>@<start>-<end>`` in
+    frames), the index of the utterance each came from, and how each utterance was cut."""
+    units, owner, cuts = [], [], []
+    for i, utt in enumerate(utts):
+        ranges = segmenter.find(utt.feats)
+        cuts.append(Pieces(tuple(ranges), utt.feats.size(0)))
+        for start, end in ranges:
+            units.append(Utterance(f"{utt.key}@{start}-{end}", utt.text, utt.feats[start:end],
+                                   (end - start) / FRAMES_PER_SECOND))
+            owner.append(i)
+    return units, owner, cuts
 
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],

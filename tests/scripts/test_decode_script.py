@@ -80,6 +80,21 @@ def test_bad_mode_is_a_clear_error(trained, capsys):
     assert exc.value.code == 2 and "beam_me_up" in capsys.readouterr().err
 
 
+def test_segment_at_pauses_is_recorded_and_scores_every_cut_whole(trained, tmp_path, capsys):
+    _, ckpt = trained
+    out = tmp_path / "dec"
+    stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy", "--segment-at-pauses",
+                    "--min-pause", "0.2", "--out-dir", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["segments"]["min_pause_s"] == 0.2 and summary["segments"]["pieces"] >= 1
+    assert summary["modes"]["ctc_greedy"]["utterances"] == 4 and "cut at pauses >= 0.2 s" in stdout
+    records = [json.loads(line) for line in open(out / "ctc_greedy.jsonl")]
+    assert len(records) == 4 and all("@" not in r["key"] for r in records)
+    with pytest.raises(SystemExit) as exc:
+        decode_script.main(["--checkpoint", str(ckpt), "--segment-at-pauses", "--max-piece", "0.1"])
+    assert exc.value.code == 2 and "max_piece_s" in capsys.readouterr().err
+
+
 def test_help(capsys):
     with pytest.raises(SystemExit) as exc:
         decode_script.main(["--help"])
