@@ -27,6 +27,7 @@ from asr.model.conformer import ConformerBlock
 from asr.model.masks import ChunkMask, check_chunk_args, padding_mask
 from asr.model.normalization import OnlineCmn
 from asr.model.positions import build_position_scheme
+from asr.model.scorers.blocked import use_blocked
 from asr.model.subsampling import Conv2dSubsampling
 from asr.model.tracing import tracing
 from asr.streaming.state import LayerCache, StreamState
@@ -94,6 +95,7 @@ class ConformerEncoder(nn.Module):
         self.register_buffer("cmvn_istd", torch.ones(input_dim))
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
         self.scheme = build_position_scheme(pos_enc, d_model, num_heads, **scheme_options)
+        self.num_heads = num_heads
         self.blocks = nn.ModuleList(
             ConformerBlock(d_model, num_heads, ffn_dim, conv_kernel, causal, self.scheme, dropout, conv_norm,
                            conv_causal_pad)
@@ -192,6 +194,11 @@ class ConformerEncoder(nn.Module):
         x = self.dropout(self.scheme.embed_input(x, start_time))
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
         mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks)
+        if not use_blocked(x.size(0), self.num_heads, x.size(1), x.size(1), torch.is_grad_enabled()):
+            # Every layer's scorer takes the explicit path and would build the dense mask itself: build it
+            # once. It also keeps the ChunkMask's ints out of compiled blocks, whose guards would otherwise
+            # specialize on them (chunk 0 or not, left chunks -1 or not) and recompile (asr/train/compile.py).
+            mask = mask.dense()  # (B, T', T') or (B, 1, T')
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
             x, _, _ = block(x, mask, pad, start_time=start_time)

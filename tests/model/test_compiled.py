@@ -162,3 +162,42 @@ def test_rel_shift_reshape_equals_the_gather_oracle(c, kk):
     (g_out,) = torch.autograd.grad(out, bd, grad)
     (g_expected,) = torch.autograd.grad(expected, bd, grad)
     torch.testing.assert_close(g_out, g_expected, rtol=0, atol=0)
+
+
+def test_chunk_draws_do_not_recompile_the_blocks():
+    """The per-batch chunk draw reaches compiled blocks as a dense mask tensor, not as the ChunkMask's
+    ints (which dynamo's guards specialize on): after one full-context and one chunked batch, other
+    chunk sizes, left contexts (bounded or not), batch sizes and lengths compile nothing new.
+    (Before, bounded and unbounded left context were two graphs; at quickstart scale the ints
+    filled dynamo's recompile limit: README, "Compiled step".)"""
+    graphs = [0]
+
+    def counting_backend(gm, example_inputs):
+        graphs[0] += 1
+        return gm.forward
+
+    model = tiny_model("rel_xl").train()
+    compile_model(model, CompileConfig(enabled=True, scope="blocks", backend=counting_backend))
+    draws = [(3, 71, 0, -1), (2, 97, 4, 1), (4, 58, 3, -1), (3, 84, 0, -1), (5, 120, 8, 2), (2, 66, 5, 0),
+             (6, 90, 16, -1), (3, 140, 2, 3), (2, 101, 7, 1), (3, 88, 1, -1)]  # B < 16, T' <= 64: one rel_xl case
+    counts = []
+    for b, t, chunk, left in draws:
+        model(*batch(b, t, seed=t), chunk_size=chunk, left_chunks=left)["loss"].backward()
+        counts.append(graphs[0])
+    assert counts[1] > counts[0] > 0 and counts[-1] == counts[1], counts
+
+
+def test_blocks_get_a_dense_mask_below_the_blocked_size_and_the_chunk_mask_above():
+    from asr.model.masks import ChunkMask
+    from asr.model.scorers import blocked
+
+    encoder = tiny_encoder("rel_xl").eval()
+    seen = []
+    encoder.blocks[0].register_forward_pre_hook(lambda module, args: seen.append(args[1]))
+    feats, lens = torch.randn(2, 60, F_IN), torch.tensor([60, 41])
+    with torch.no_grad():
+        dense_out, _ = encoder(feats, lens, 4, 1)
+        with blocked.forced():
+            blocked_out, _ = encoder(feats, lens, 4, 1)
+    assert isinstance(seen[0], torch.Tensor) and seen[0].shape == (2, 14, 14) and isinstance(seen[1], ChunkMask)
+    torch.testing.assert_close(blocked_out, dense_out, rtol=1e-5, atol=1e-5)
