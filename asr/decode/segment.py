@@ -76,7 +76,7 @@ class PauseSegmenter:
         if total == 0:
             return []
         level = torch.logsumexp(feats.double(), dim=1) * _DB_PER_NEPER  # (T,) dB
-        quiet, loud = torch.quantile(level, torch.tensor([0.05, 0.95], dtype=level.dtype)).tolist()
+        quiet, loud = _percentiles(level, 0.05, 0.95)
         if loud - quiet < self.min_contrast_db:
             runs = [(0, total)]
         else:
@@ -85,6 +85,14 @@ class PauseSegmenter:
         pieces = _padded(runs, _frames(self.pad_s), total)
         longest = max(_frames(self.max_piece_s), 1)
         return [part for piece in pieces for part in _split_long(piece, level, longest)]
+
+
+def _percentiles(values: torch.Tensor, *shares: float) -> list[float]:
+    """The values at these shares of the sorted (T,) ``values`` (nearest rank; torch.quantile refuses
+    inputs over 2^24 elements, 46 hours of frames)."""
+    ordered = values.sort().values
+    last = ordered.numel() - 1
+    return [float(ordered[round(share * last)]) for share in shares]
 
 
 def _frames(seconds: float) -> int:
