@@ -234,6 +234,17 @@ def resolve(compiler: HotwordCompiler, hotwords: Biasing | Iterable[str | Entry]
     return compiler.compile(hotwords)
 
 
+def _count(text: str) -> int:
+    """An int >= 0 for argparse: a bad value is refused when the command line is read, not at the first list."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
 def add_hotword_arguments(parser: argparse.ArgumentParser) -> None:
     """``--hotwords FILE``, ``--hotword-score S`` and ``--hotword-rescore-weight W``: the same in every script."""
     parser.add_argument("--hotwords", help="hotword file: one phrase a line, 'phrase:score' for its own score per "
@@ -244,7 +255,7 @@ def add_hotword_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hotword-rescore-weight", type=float, default=DEFAULT_RESCORE_WEIGHT,
                         help=f"weight of the kept hotword bonus in attention rescoring's sentence scores "
                              f"(default {DEFAULT_RESCORE_WEIGHT})")
-    parser.add_argument("--hotword-unbiased-keep", type=int, default=None, metavar="N",
+    parser.add_argument("--hotword-unbiased-keep", type=_count, default=None, metavar="N",
                         help="prefixes the biased CTC beam keeps on their unbiased score beside its beam, so a "
                              "long list cannot prune what was said (default: asr.decode.ctc_prefix_beam."
                              "DEFAULT_UNBIASED_KEEP; 0: none, the search's cheapest)")

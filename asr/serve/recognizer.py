@@ -325,6 +325,8 @@ class Recognizer:
         self.hotword_rescore_weight = hotword_rescore_weight
         self.hotwords = as_entries(hotwords)
         self._hotword_score = hotword_score
+        if hotword_unbiased_keep is not None and hotword_unbiased_keep < 0:
+            raise ValueError(f"hotword_unbiased_keep ({hotword_unbiased_keep}) must be >= 0 (or None: the default).")
         self._hotword_unbiased_keep = hotword_unbiased_keep
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         if self.hotwords:

@@ -112,6 +112,10 @@ def test_unbiased_keep_travels_with_the_compiled_graph(char_tok):
     parser = argparse.ArgumentParser()
     add_hotword_arguments(parser)
     assert parser.parse_args([]).hotword_unbiased_keep is None
+    assert parser.parse_args(["--hotword-unbiased-keep", "0"]).hotword_unbiased_keep == 0
+    for bad in ("-1", "two"):  # refused when the command line is read (every script shares the flag)
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--hotword-unbiased-keep", bad])
 
 
 def test_hotword_unbiased_keep_flag_reaches_the_graph(char_tok, tmp_path):

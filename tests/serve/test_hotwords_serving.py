@@ -108,3 +108,9 @@ def test_bad_hotwords_get_a_failed_reply_and_the_others_go_on(model, tokenizer, 
     replies, code, good = run(scenario())
     assert code == 1008 and replies[-1].status == "failed" and message in replies[-1].message
     assert good.finals and good.close_code == 1000
+
+
+def test_a_negative_unbiased_keep_is_refused_when_the_recognizer_is_built(model, tokenizer):
+    # Not at the first stream with a list, long after the server said it was ready.
+    with pytest.raises(ValueError, match="hotword_unbiased_keep"):
+        recognizer(model, tokenizer, hotword_unbiased_keep=-1)
