@@ -10,6 +10,7 @@ Usage (from the repository root):
     python scripts/bench_train_step.py --compare eager,blocks,model --steps 120 data.data_dir=/data/synth
     python scripts/bench_train_step.py --optimizers                         # AdamW for-loop / foreach / fused
     python scripts/bench_train_step.py --recompiles blocks                  # graphs compiled over one epoch
+    python scripts/bench_train_step.py --recompiles blocks --epochs 2       # ... and whether a second adds any
     python scripts/bench_train_step.py --compare eager,blocks --synthetic 5000 --device cuda --precision bf16 \
         --steps 60 --warmup 20 experiment=librispeech_u2pp trainer=gpu   # a recipe's model without its corpus
     python scripts/bench_train_step.py --help
@@ -50,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                    f"({', '.join(VARIANTS)})")
     p.add_argument("--optimizers", action="store_true", help="time AdamW's step: for-loop, foreach, fused")
     p.add_argument("--recompiles", choices=("blocks", "model"), default=None,
-                   help="count the graphs one epoch of batch shapes and chunk draws compiles (that scope)")
+                   help="count the graphs the epochs' batch shapes and chunk draws compile (that scope)")
+    p.add_argument("--epochs", type=int, default=1, help="with --recompiles: epochs to go through (default 1)")
     p.add_argument("--steps", type=int, default=60, help="measured steps (--compare: batches, warm-up included)")
     p.add_argument("--warmup", type=int, default=5, help="steps not measured (compiles happen there)")
     p.add_argument("--loss-every", type=int, default=50)
@@ -61,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="--compare on random duration-bucketed batches and a VOCAB-token model: no corpus needed")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.data_dir=/data/synth")
     args = p.parse_args(argv)
+    if args.epochs < 1:
+        p.error(f"--epochs ({args.epochs}) must be >= 1")
     if not (args.profile or args.compare or args.optimizers or args.recompiles):
         p.error("choose --profile, --compare, --optimizers or --recompiles")
     if args.compare:
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.optimizers:
         print(time_optimizers(module.model))
     if args.recompiles:
-        recompile_census(cfg, datamodule, args.recompiles)
+        recompile_census(cfg, datamodule, args.recompiles, epochs=args.epochs)
     if args.profile:
         prof = profile_steps(module, optimizer, scheduler, datamodule.train_dataloader(), args.steps, args.warmup,
                              cfg.trainer.get("gradient_clip_val"))

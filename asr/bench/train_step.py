@@ -343,8 +343,9 @@ def time_validation(module, loader: Iterable, chunk_size: int, left_chunks: int)
 
 
 def recompile_census(cfg: DictConfig, datamodule, scope: str, max_batches: int | None = None,
-                     log=print) -> list[tuple[int, int, int, int]]:
-    """(batch index, B, T, graphs so far) at every batch that compiled a graph, over one epoch."""
+                     log=print, epochs: int = 1) -> list[tuple[int, int, int, int]]:
+    """(batch index, B, T, graphs so far) at every batch that compiled a graph, over ``epochs`` epochs
+    (batch indices run on across epochs; ``max_batches`` bounds each epoch)."""
     from asr.data.features import FbankExtractor
     from asr.model.asr_model import build_asr_model
     from asr.train.checkpoint import model_kwargs_from_config
@@ -366,24 +367,36 @@ def recompile_census(cfg: DictConfig, datamodule, scope: str, max_batches: int |
     s = cfg.streaming
     chunks = DynamicChunkSampler(s.p_full, s.max_chunk, s.max_left, s.p_unlimited_left, cfg.seed)
     extractor = FbankExtractor()
-    events, seen = [], 0
+    events, seen, i = [], 0, -1
     sampler = datamodule.train_dataloader().sampler
-    for i, cuts in enumerate(sampler):
-        if max_batches is not None and i >= max_batches:
-            break
-        frames = [extractor.num_frames(round(c.duration * extractor.sample_rate)) for c in cuts]
-        texts = [datamodule.tokenizer.encode(" ".join(sup.text for sup in c.supervisions)) for c in cuts]
-        b, t, u = len(frames), max(frames), max(len(x) for x in texts)
-        feats = torch.randn(b, t, encoder["input_dim"])
-        tokens = torch.randint(1, kwargs["vocab_size"] - 1, (b, u))
-        token_lens = torch.tensor([len(x) for x in texts])
-        tokens = tokens.masked_fill(torch.arange(u)[None] >= token_lens[:, None], -1)
-        chunk_size, left_chunks = chunks.sample()
-        model(feats, torch.tensor(frames), tokens, token_lens, chunk_size=chunk_size, left_chunks=left_chunks
-              )["loss"].backward()
-        if graphs[0] > seen:
-            seen = graphs[0]
-            events.append((i, b, t, seen))
-            log(f"batch {i}: B={b} T={t} chunk=({chunk_size}, {left_chunks}) -> {seen} graphs")
+    for epoch in range(epochs):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # the next epoch's shuffle, as training would draw it
+        at_start = seen
+        for n, cuts in enumerate(sampler):
+            if max_batches is not None and n >= max_batches:
+                break
+            i += 1
+            seen = _census_step(model, datamodule, extractor, chunks, encoder, kwargs, cuts, graphs, seen, events, i, log)
+        log(f"epoch {epoch + 1}: {seen - at_start} new graphs, {seen} in all")
     log(f"{i + 1} batches, {seen} graphs, the last at batch {events[-1][0] if events else None}")
     return events
+
+
+def _census_step(model, datamodule, extractor, chunks, encoder, kwargs, cuts, graphs, seen, events, i, log) -> int:
+    """One training forward + backward of batch ``cuts`` (random features of its shape); the graphs seen."""
+    frames = [extractor.num_frames(round(c.duration * extractor.sample_rate)) for c in cuts]
+    texts = [datamodule.tokenizer.encode(" ".join(sup.text for sup in c.supervisions)) for c in cuts]
+    b, t, u = len(frames), max(frames), max(len(x) for x in texts)
+    feats = torch.randn(b, t, encoder["input_dim"])
+    tokens = torch.randint(1, kwargs["vocab_size"] - 1, (b, u))
+    token_lens = torch.tensor([len(x) for x in texts])
+    tokens = tokens.masked_fill(torch.arange(u)[None] >= token_lens[:, None], -1)
+    chunk_size, left_chunks = chunks.sample()
+    model(feats, torch.tensor(frames), tokens, token_lens, chunk_size=chunk_size, left_chunks=left_chunks
+          )["loss"].backward()
+    if graphs[0] > seen:
+        seen = graphs[0]
+        events.append((i, b, t, seen))
+        log(f"batch {i}: B={b} T={t} chunk=({chunk_size}, {left_chunks}) -> {seen} graphs")
+    return seen
