@@ -13,6 +13,8 @@ Usage:
         # long audio: chunk by chunk through the streaming encoder, memory independent of the length
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --memory-budget 6G
         # full context: a forward that would not fit 6 GiB takes the blocked attention, or is skipped with advice
+    python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --segment-at-pauses
+        # long audio and passages: cut at pauses >= --min-pause s, each piece decoded alone, each cut scored whole
 
 Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
 minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
