@@ -25,6 +25,7 @@ all its threads); on a shared machine CPU time is the steadier of the two.
 from __future__ import annotations
 
 import copy
+import itertools
 import statistics
 import time
 from collections.abc import Iterable, Iterator
@@ -373,30 +374,22 @@ def recompile_census(cfg: DictConfig, datamodule, scope: str, max_batches: int |
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # the next epoch's shuffle, as training would draw it
         at_start = seen
-        for n, cuts in enumerate(sampler):
-            if max_batches is not None and n >= max_batches:
-                break
+        for cuts in itertools.islice(sampler, max_batches):
             i += 1
-            seen = _census_step(model, datamodule, extractor, chunks, encoder, kwargs, cuts, graphs, seen, events, i, log)
+            frames = [extractor.num_frames(round(c.duration * extractor.sample_rate)) for c in cuts]
+            texts = [datamodule.tokenizer.encode(" ".join(sup.text for sup in c.supervisions)) for c in cuts]
+            b, t, u = len(frames), max(frames), max(len(x) for x in texts)
+            feats = torch.randn(b, t, encoder["input_dim"])
+            tokens = torch.randint(1, kwargs["vocab_size"] - 1, (b, u))
+            token_lens = torch.tensor([len(x) for x in texts])
+            tokens = tokens.masked_fill(torch.arange(u)[None] >= token_lens[:, None], -1)
+            chunk_size, left_chunks = chunks.sample()
+            model(feats, torch.tensor(frames), tokens, token_lens, chunk_size=chunk_size, left_chunks=left_chunks
+                  )["loss"].backward()
+            if graphs[0] > seen:
+                seen = graphs[0]
+                events.append((i, b, t, seen))
+                log(f"batch {i}: B={b} T={t} chunk=({chunk_size}, {left_chunks}) -> {seen} graphs")
         log(f"epoch {epoch + 1}: {seen - at_start} new graphs, {seen} in all")
     log(f"{i + 1} batches, {seen} graphs, the last at batch {events[-1][0] if events else None}")
     return events
-
-
-def _census_step(model, datamodule, extractor, chunks, encoder, kwargs, cuts, graphs, seen, events, i, log) -> int:
-    """One training forward + backward of batch ``cuts`` (random features of its shape); the graphs seen."""
-    frames = [extractor.num_frames(round(c.duration * extractor.sample_rate)) for c in cuts]
-    texts = [datamodule.tokenizer.encode(" ".join(sup.text for sup in c.supervisions)) for c in cuts]
-    b, t, u = len(frames), max(frames), max(len(x) for x in texts)
-    feats = torch.randn(b, t, encoder["input_dim"])
-    tokens = torch.randint(1, kwargs["vocab_size"] - 1, (b, u))
-    token_lens = torch.tensor([len(x) for x in texts])
-    tokens = tokens.masked_fill(torch.arange(u)[None] >= token_lens[:, None], -1)
-    chunk_size, left_chunks = chunks.sample()
-    model(feats, torch.tensor(frames), tokens, token_lens, chunk_size=chunk_size, left_chunks=left_chunks
-          )["loss"].backward()
-    if graphs[0] > seen:
-        seen = graphs[0]
-        events.append((i, b, t, seen))
-        log(f"batch {i}: B={b} T={t} chunk=({chunk_size}, {left_chunks}) -> {seen} graphs")
-    return seen

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import torch
 
+from asr.data.features import FRAME_SHIFT_S
 from asr.decode.batch import FUSED_MODES, MODES, decode_batch
 from asr.decode.memory import plan_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
-from asr.decode.segment import FRAMES_PER_SECOND, PauseSegmenter, Pieces
+from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
 from asr.lm.fusion import Fusion
 
@@ -259,7 +260,7 @@ def evaluate_utterances(
     if segmenter is not None:
         settings["segments"] = {"min_pause_s": segmenter.min_pause_s, "max_piece_s": segmenter.max_piece_s,
                                 "pieces": len(units),
-                                "pause_seconds": sum(c.pause_frames for c in cuts) / FRAMES_PER_SECOND}
+                                "pause_seconds": sum(c.pause_frames for c in cuts) * FRAME_SHIFT_S}
     return SplitResult(results, settings, audio_s, skipped)
 
 
@@ -273,7 +274,7 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
         cuts.append(Pieces(tuple(ranges), utt.feats.size(0)))
         for start, end in ranges:
             units.append(Utterance(f"{utt.key}@{start}-{end}", utt.text, utt.feats[start:end],
-                                   (end - start) / FRAMES_PER_SECOND))
+                                   (end - start) * FRAME_SHIFT_S))
             owner.append(i)
     return units, owner, cuts
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-FRAMES_PER_SECOND = 100  # fbank frames are 10 ms apart (asr.data.features.FRAME_SHIFT_MS)
+from asr.data.features import FRAME_SHIFT_S
 _DB_PER_NEPER = 10.0 / math.log(10.0)  # natural-log energy -> dB
 
 
@@ -96,7 +96,7 @@ def _percentiles(values: torch.Tensor, *shares: float) -> list[float]:
 
 
 def _frames(seconds: float) -> int:
-    return int(round(seconds * FRAMES_PER_SECOND))
+    return int(round(seconds / FRAME_SHIFT_S))
 
 
 def _runs(mask: list[bool]) -> list[tuple[bool, int, int]]:

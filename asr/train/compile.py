@@ -5,12 +5,13 @@ Scope (``compile.scope``):
 * ``blocks`` (regional compilation): each encoder block and each decoder layer is compiled in
   place. The blocks of a stack share their code, so one graph serves every layer (the
   parameters are graph inputs): compile time is that of one block, not of the model, which
-  matters on a 2-core CPU where inductor takes minutes. The design was that blocks take only
-  tensors, so the per-batch chunk draw (ints) never reaches a graph. Since the blocked attention
-  the encoder passes its ``ChunkMask`` (``asr.model.masks``) to the blocks, and its ints do reach
-  the guards (chunk 0 or not, left chunks -1 or not, one key block or several): measured
-  2026-11-26 with ``TORCH_LOGS=recompiles scripts/bench_train_step.py --recompiles blocks``,
-  it fills the recompile limit (README, "Compiled step").
+  matters on a 2-core CPU where inductor takes minutes. The blocks take only tensors, so the
+  per-batch chunk draw (ints) never reaches a graph: below the blocked attention's size the
+  encoder hands them the dense (B, 1, T') full-context or (B, T', T') chunk mask, not its
+  ``ChunkMask`` (whose ints dynamo's guards specialized on: 14 graphs over a quickstart epoch
+  before, 11 after, none in a second epoch; README, "Compiled step"). Graphs still differ by
+  mask layout, rel_xl's query-block case (T' within or beyond 64) and a batch below or above
+  16 rows (a guard of PyTorch's conv1d).
 * ``model``: the whole ``AsrModel.forward`` (encoder, CTC, decoders, losses) is one graph;
   the chunk ints then become part of its guards (full context, bounded and unbounded left
   context each compile separately).
