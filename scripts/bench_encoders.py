@@ -7,6 +7,7 @@ See asr/bench/encoders.py for what "equal size" means here.
 Usage (from the repository root):
     python scripts/bench_encoders.py                                  # d=256, 12 layers, B=8 x 1000 frames
     python scripts/bench_encoders.py --compiled                       # + ours with torch.compile'd blocks
+    python scripts/bench_encoders.py --precision bf16                 # all three under bf16 autocast
     python scripts/bench_encoders.py --layers 4 --d-model 144 --ffn 576 --batch 22 --frames 270 --repeats 5
     python scripts/bench_encoders.py --help
 """
@@ -38,14 +39,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--frames", type=int, default=1000, help="input feature frames (T' = T/4)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", choices=("32", "bf16"), default="32",
+                   help="bf16: every encoder's forward under CPU bf16 autocast (bf16-mixed)")
     p.add_argument("--compiled", action="store_true", help="also time ours with torch.compile'd blocks (inductor)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     size = EncoderSize(d_model=args.d_model, heads=args.heads, layers=args.layers, ffn_dim=args.ffn, kernel=args.kernel)
     names = ["ours", *(["ours+compiled"] if args.compiled else []), "espnet", "speechbrain"]
     print(f"{size}, B={args.batch} x {args.frames} frames, fwd+bwd, threads {args.threads}, "
-          f"{args.repeats} interleaved repeats, load {os.getloadavg()[0]:.1f}", flush=True)
-    results = benchmark(names, size, args.batch, args.frames, args.repeats)
+          f"precision {args.precision}, {args.repeats} interleaved repeats, load {os.getloadavg()[0]:.1f}", flush=True)
+    results = benchmark(names, size, args.batch, args.frames, args.repeats, bf16=args.precision == "bf16")
     print(table(results))
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 

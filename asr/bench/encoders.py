@@ -97,14 +97,19 @@ class Timing:
     wall: list[float] = field(default_factory=list)
 
 
-def fwd_bwd(run: Run, feats: torch.Tensor, lens: torch.Tensor, params: list[nn.Parameter]) -> None:
+def fwd_bwd(run: Run, feats: torch.Tensor, lens: torch.Tensor, params: list[nn.Parameter],
+            bf16: bool = False) -> None:
+    """One forward and backward; ``bf16``: the forward under CPU bf16 autocast, as Lightning's
+    ``bf16-mixed`` runs it (fp32 weights, bf16 matmuls and convolutions)."""
     for p in params:
         p.grad = None
-    run(feats, lens).square().mean().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = run(feats, lens)
+    out.float().square().mean().backward()
 
 
 def benchmark(names: list[str], size: EncoderSize, batch: int, frames: int, repeats: int, warmup: int = 2,
-              compile_ours: bool = False, log=print) -> list[Timing]:
+              compile_ours: bool = False, bf16: bool = False, log=print) -> list[Timing]:
     g = torch.Generator().manual_seed(0)
     feats = torch.randn(batch, frames, size.input_dim, generator=g)
     lens = torch.full((batch,), frames, dtype=torch.long)
@@ -124,12 +129,12 @@ def benchmark(names: list[str], size: EncoderSize, batch: int, frames: int, repe
         built.append((Timing(name, sum(p.numel() for p in params)), run, params))
     for _ in range(warmup):  # allocator, kernels, compiles
         for _, run, params in built:
-            fwd_bwd(run, feats, lens, params)
+            fwd_bwd(run, feats, lens, params, bf16)
     for rep in range(repeats):
         order = built[rep % len(built):] + built[: rep % len(built)]
         for timing, run, params in order:
             t0, c0 = time.perf_counter(), time.process_time()
-            fwd_bwd(run, feats, lens, params)
+            fwd_bwd(run, feats, lens, params, bf16)
             timing.wall.append(time.perf_counter() - t0)
             timing.cpu.append(time.process_time() - c0)
     return [t for t, _, _ in built]

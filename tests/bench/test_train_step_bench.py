@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from asr.bench.encoders import EncoderSize, benchmark, table
+from asr.bench.encoders import EncoderSize, benchmark, fwd_bwd, table
 from asr.bench.train_step import PHASES, build_synthetic, compare_steps, profile_steps, synthetic_batches
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -54,6 +54,21 @@ def test_encoder_side_by_side_has_a_row_per_encoder():
     results = benchmark(["ours"], size, batch=2, frames=40, repeats=2, warmup=1)
     assert [r.name for r in results] == ["ours"] and len(results[0].cpu) == 2 and results[0].params > 0
     assert "ours" in table(results)
+
+
+def test_encoder_side_by_side_runs_every_forward_under_bf16_autocast_when_asked():
+    weight = torch.nn.Parameter(torch.ones(4, 4))
+    seen = []
+
+    def run(feats, lens):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return feats @ weight
+
+    feats, lens = torch.ones(1, 3, 4), torch.tensor([3])
+    fwd_bwd(run, feats, lens, [weight], bf16=True)
+    assert seen == [True] and weight.grad is not None and weight.grad.dtype == torch.float32
+    fwd_bwd(run, feats, lens, [weight])
+    assert seen == [True, False]
 
 
 def test_build_training_gives_the_data_module_the_runs_fbank_options(monkeypatch):
