@@ -10,6 +10,8 @@ import json
 import time
 import urllib.error
 import urllib.request
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -171,24 +173,127 @@ def lag_of(sent: np.ndarray, got: np.ndarray) -> int:
     return lag if lag < n // 2 else lag - n
 
 
-def linear_fit_snr_db(sent: np.ndarray, got: np.ndarray, taps: int = 33, skip_s: float = 0.5) -> tuple[float, int]:
-    """(SNR in dB of ``got`` against the best ``taps``-tap linear filter of ``sent``, the integer lag).
+def linear_fit_error(piece: np.ndarray, got: np.ndarray, at: int, taps: int = 33) -> float:
+    """Mean squared error of ``got`` (from ``at + taps // 2``) against the best ``taps``-tap linear
+    filter of ``piece``.
 
     A filter, not just a lag and gain: capture starts at a fraction of a 16 kHz sample (the
     browser runs at 44.1 or 48 kHz), and the band edge above 7 kHz differs; what is left
-    after any such filter is what the capture path added. The first and last ``skip_s`` are
-    left out (Chromium's fake device ramps the file in and out).
+    after any such filter is what the capture path added. ``piece`` is a stretch of the file
+    with ``taps // 2`` samples of context each side (not scored); ``got`` is all that arrived
+    and ``at`` where the piece's first sample is in it.
     """
-    lag = lag_of(sent, got)
     half = taps // 2
-    start = max(half, -lag + half, int(skip_s * SAMPLE_RATE))
-    stop = min(len(sent) - int(skip_s * SAMPLE_RATE), len(got) - lag) - half
-    idx = np.arange(start, stop)
-    design = np.stack([sent[idx + k] for k in range(-half, half + 1)], axis=1)  # (N, taps)
-    target = got[idx + lag]
+    idx = np.arange(half, len(piece) - half)
+    design = np.stack([piece[idx + k] for k in range(-half, half + 1)], axis=1)  # (N, taps)
+    target = got[at + idx]
     weights, *_ = np.linalg.lstsq(design, target, rcond=None)
     residual = target - design @ weights
-    return float(10 * np.log10((target @ target) / max(residual @ residual, 1e-20))), lag
+    return float(residual @ residual) / len(idx)
+
+
+@dataclass(frozen=True)
+class CaptureWindow:
+    start_s: float  # where the window starts in the file
+    lag: int  # samples ``got`` is behind the file here
+    snr_db: float  # the file's mean power over linear_fit_error at that lag, in dB
+
+
+def capture_windows(sent: np.ndarray, got: np.ndarray, window_s: float = 0.25, skip_s: float = 0.5,
+                    search_s: float = 0.05, quiet_db: float = -40.0) -> list[CaptureWindow]:
+    """Each speech window of the file found in what arrived: its own lag and fit.
+
+    One lag for the whole file would turn a single lost or repeated capture buffer into a
+    failed fit of everything after it; window by window, such a glitch is a step in the
+    lags, and every window must still fit. A window's SNR is the file's level over the fit's
+    error, not the window's own level: a quiet window is held to the same error as a loud
+    one. The lag of each window is searched within ``search_s`` of the whole file's. Windows quieter than ``quiet_db`` below the file's
+    RMS (the pause) and the first and last ``skip_s`` (Chromium's fake device ramps the
+    file in and out) are left out.
+    """
+    whole_lag = lag_of(sent, got)
+    size, search, half = int(window_s * SAMPLE_RATE), int(search_s * SAMPLE_RATE), 16  # half: the fit's
+    level = np.sqrt(np.mean(sent**2))
+    out = []
+    for start in range(int(skip_s * SAMPLE_RATE), len(sent) - int(skip_s * SAMPLE_RATE) - size, size):
+        piece = sent[start - half:start + size + half]
+        if np.sqrt(np.mean(piece**2)) < level * 10 ** (quiet_db / 20):
+            continue
+        # normalized correlation at each candidate lag in whole_lag +- search (where the piece fits in got;
+        # normalized, or a louder stretch next to a quiet window would win)
+        lags = np.arange(whole_lag - search, whole_lag + search + 1)
+        lags = lags[(start - half + lags >= 0) & (start + size + half + lags <= len(got))]
+        stretches = [got[start - half + k:start + size + half + k] for k in lags]
+        corr = [abs(piece @ g) / max(np.linalg.norm(g), 1e-12) for g in stretches]
+        lag = int(lags[int(np.argmax(corr))])
+        error = linear_fit_error(piece, got, start - half + lag)
+        out.append(CaptureWindow(start / SAMPLE_RATE, lag, float(10 * np.log10(level**2 / max(error, 1e-20)))))
+    return out
+
+
+def assert_captured(sent: np.ndarray, got: np.ndarray) -> int | None:
+    """Asserts that ``got`` is the file ``sent`` back through a capture path; returns the lag step
+    (samples) where it tolerated one, else None."""
+    windows = capture_windows(sent, got)
+    seen = "; ".join(f"{w.start_s:.2f} s: lag {w.lag}, {w.snr_db:.1f} dB" for w in windows)
+    assert len(windows) >= 8, seen
+    assert all(abs(w.lag) < 0.3 * SAMPLE_RATE for w in windows), seen
+    # The lag may step once, by a few 10 ms capture buffers. On a busy 2-core machine this test failed
+    # 2 times in 49 runs with one lag for the whole file: 3.1 dB at the usual lag, as if half the file were
+    # a 10 ms buffer off. The page's worklet and socket pass every sample they get (asr/serve/web), so a
+    # buffer lost or repeated before them (Chromium's fake capture device, starved) is tolerated once;
+    # the window it falls in is excused, every other window must fit. More steps, or a larger one, is
+    # audio lost on the way.
+    steps = [i for i in range(1, len(windows)) if abs(windows[i].lag - windows[i - 1].lag) > 2]
+    sizes = [windows[i].lag - windows[i - 1].lag for i in steps]
+    assert len(steps) <= 1 and all(abs(s) <= 0.05 * SAMPLE_RATE for s in sizes), f"lag steps {sizes}: {seen}"
+    excused = {steps[0] - 1, steps[0]} if steps else set()
+    assert all(w.snr_db > 35.0 for i, w in enumerate(windows) if i not in excused), f"captured audio: {seen}"
+    assert sum(windows[i].snr_db <= 35.0 for i in excused) <= 1, seen
+    assert len(got) >= len(sent) + windows[-1].lag  # nothing of the file's end lost
+    return sizes[0] if sizes else None
+
+
+def _bursts(seconds: float = 4.0) -> np.ndarray:
+    """Two bursts of band-limited noise with a quiet pause between them: speech-like for the capture check."""
+    rng = np.random.default_rng(3)
+    n = int(seconds * SAMPLE_RATE)
+    x = np.convolve(rng.standard_normal(n), np.hanning(9) / 9, mode="same") * 0.3
+    x[int(0.45 * n):int(0.6 * n)] *= 1e-3
+    return np.round(x * 32768) / 32768
+
+
+def _through_48k(sent: np.ndarray, delay: int = 300) -> np.ndarray:
+    """The page's path in numbers: up to 48 kHz and back to 16 kHz 16-bit, behind a delay."""
+    up = resample_int16(np.round(sent * 32768).astype(np.int16), SAMPLE_RATE, 48000)
+    back = resample_int16(up, 48000, SAMPLE_RATE).astype(np.float64) / 32768
+    return np.concatenate([np.zeros(delay), back])
+
+
+def test_capture_check_passes_a_resampled_file_and_one_lost_buffer():
+    sent = _bursts()
+    got = _through_48k(sent)
+    assert assert_captured(sent, got) is None
+    lost_one = np.concatenate([got[:20000], got[20160:]])
+    assert assert_captured(sent, lost_one) == -160
+    repeated_one = np.concatenate([got[:50000], got[49840:]])
+    assert assert_captured(sent, repeated_one) == 160
+
+
+@pytest.mark.parametrize("damage", ["two lost buffers", "noise", "a lost end", "a large gap"])
+def test_capture_check_fails_audio_damaged_on_the_way(damage):
+    sent = _bursts()
+    got = _through_48k(sent)
+    if damage == "two lost buffers":
+        got = np.concatenate([got[:20000], got[20160:45000], got[45160:]])
+    elif damage == "noise":
+        got = got + np.random.default_rng(0).standard_normal(len(got)) * 0.3 * 10 ** (-30 / 20)
+    elif damage == "a lost end":
+        got = got[:len(got) - 8000]
+    else:
+        got = np.concatenate([got[:20000], got[24000:]])
+    with pytest.raises(AssertionError):
+        assert_captured(sent, got)
 
 
 @needs_browser
@@ -208,9 +313,9 @@ def test_page_streams_the_microphone_and_shows_what_the_server_said(tokenizer, t
     assert shown.status_state == "done", shown.status_text
     assert "-> 16000 Hz" in shown.capture_info and "auto gain off" in shown.capture_info
     got = server.received_audio()
-    snr, lag = linear_fit_snr_db(sent, got)
-    assert snr > 35.0 and abs(lag) < 0.3 * SAMPLE_RATE, f"captured audio: {snr:.1f} dB from the file, lag {lag}"
-    assert len(got) >= len(sent) + lag  # nothing of the file lost
+    step = assert_captured(sent, got)
+    if step is not None:
+        warnings.warn(f"the captured audio stepped by {step} samples once (a lost or repeated capture buffer)")
 
     replies = [json.loads(f) for f in shown.frames]
     assert replies[0]["type"] == "server_ready" and replies[-1]["type"] == "speech_end"
