@@ -16,9 +16,11 @@ Scope (``compile.scope``):
   the chunk ints then become part of its guards (full context, bounded and unbounded left
   context each compile separately).
 
-``dynamic=true`` marks every batch dimension dynamic from the first batch, so a new (B, T)
-never recompiles; a compile happens only for a new kind of input (mask layout, a size of 1,
-rel_xl's block case). ``asr.model.tracing`` lists what the model does differently while it is
+``dynamic=true`` marks every batch dimension dynamic from the first batch, so in dynamo's guards
+a new (B, T) never recompiles; a compile happens only for a new kind of input (mask layout, a
+size of 1, rel_xl's block case). Inductor on CPU adds one: the backward compile of a whole block
+specializes on the frame count T' (each of its parts alone stays dynamic), so an inductor run
+compiles per distinct T' up to ``recompile_limit`` (README, "Compiled step"). ``asr.model.tracing`` lists what the model does differently while it is
 traced (plain ops for its in-place autograd Functions, no host reads); the traced model
 computes the same numbers (``tests/model/test_compiled.py``).
 
