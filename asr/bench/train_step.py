@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.data.batch import Batch
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
+from asr.train.optim import guard_fused
 from asr.train.run import build_module, run_features
 from asr.train.schedule import build_scheduler
 
@@ -106,7 +107,7 @@ def synthetic_batches(n: int, max_duration: float, vocab_size: int, feat_dim: in
 
 
 def make_optimizer(cfg: DictConfig, model: torch.nn.Module):
-    optimizer = instantiate(cfg.optim.optimizer)(params=model.parameters())
+    optimizer = guard_fused(instantiate(cfg.optim.optimizer)(params=model.parameters()))
     sched = dict(cfg.optim.scheduler)
     if sched.get("total_steps") is None:  # the trainer's step budget; a recipe bounded by epochs: a long one
         sched["total_steps"] = int(cfg.trainer.max_steps) if cfg.trainer.max_steps > 0 else 1_000_000

@@ -29,6 +29,7 @@ from asr.train.checkpoint import TOKENIZER_KEY
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
+from asr.train.optim import guard_fused
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
 
@@ -171,7 +172,7 @@ class AsrLightningModule(pl.LightningModule):
         self.log("train_compiled_graphs", float(self.compiled_graphs), batch_size=1)
 
     def configure_optimizers(self) -> dict:
-        optimizer = self.optimizer_factory(params=self._parameter_groups())
+        optimizer = guard_fused(self.optimizer_factory(params=self._parameter_groups()))
         config = self.scheduler_config
         if config.kind == "cosine" and config.total_steps is None:
             estimated = self.trainer.estimated_stepping_batches
