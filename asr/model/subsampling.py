@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 # rate -> (kernel, stride) of each conv layer, applied to time and frequency alike.
 _LAYOUTS: dict[int, tuple[tuple[int, int], ...]] = {
@@ -77,7 +78,7 @@ class Conv2dSubsampling(nn.Module):
         layers: list[nn.Module] = []
         in_channels = 1
         for kernel, stride in layout:
-            layers += [nn.Conv2d(in_channels, width, kernel, stride), nn.ReLU()]
+            layers += [nn.Conv2d(in_channels, width, kernel, stride), nn.ReLU(inplace=True)]
             in_channels = width
         self.conv = nn.Sequential(*layers)
         # Channels-last weights make oneDNN run the convolutions in NHWC, without reordering the
@@ -109,6 +110,11 @@ class Conv2dSubsampling(nn.Module):
             raise ValueError(
                 f"input has {x.size(1)} frames; subsampling {self.rate} needs at least {self.window}."
             )
-        y = self.conv(x.unsqueeze(1))  # (B, Ch, T', F')
+        y = self.conv(x.unsqueeze(1))  # (B, Ch, T', F'), channels-last: (B, T', F', Ch) in memory
         b, ch, t, f = y.shape
-        return self.out(y.transpose(1, 2).reshape(b, t, ch * f))  # (B, T', Ch*F') -> (B, T', D)
+        # Flattened in its memory order (T', F', Ch): a view instead of a copy, and the gradient
+        # reaches the last ReLU in the convolution's own layout (a mixed-layout threshold_backward
+        # is several times slower). The Linear's weight keeps Wenet's (Ch, F') column order in the
+        # state dict and is permuted to match here (D x Ch*F' elements, small beside the activations).
+        weight = self.out.weight.view(-1, ch, f).transpose(1, 2).reshape(-1, f * ch)  # (D, F'*Ch)
+        return F.linear(y.permute(0, 2, 3, 1).reshape(b, t, f * ch), weight, self.out.bias)  # (B, T', D)

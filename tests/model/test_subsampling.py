@@ -76,3 +76,33 @@ def test_narrow_front_end_keeps_lengths_and_output_size(rate):
     assert narrow(x).shape == (2, subsampled_length(57, rate), 8)
     with pytest.raises(ValueError, match="channels"):
         Conv2dSubsampling(input_dim=16, d_model=8, rate=rate, channels=0)
+
+
+def _reference(sub: Conv2dSubsampling, x: torch.Tensor) -> torch.Tensor:
+    """float64, the layout Wenet's state dicts assume: contiguous convolutions, out-of-place ReLU,
+    the (B, Ch, T', F') map flattened as (T', Ch * F') with channels outermost."""
+    y = x.double().unsqueeze(1)
+    for layer in sub.conv:
+        if isinstance(layer, torch.nn.Conv2d):
+            y = torch.nn.functional.conv2d(y, layer.weight.double().contiguous(), layer.bias.double(), layer.stride)
+        else:
+            y = torch.relu(y)
+    b, ch, t, f = y.shape
+    return torch.nn.functional.linear(y.transpose(1, 2).reshape(b, t, ch * f), sub.out.weight.double(),
+                                      sub.out.bias.double())
+
+
+@pytest.mark.parametrize("rate,channels", [(4, None), (4, 6), (6, 5), (8, None)])
+def test_fast_front_end_equals_the_wenet_layout_reference_with_gradients(rate, channels):
+    """The channels-last convolutions, in-place ReLUs and the memory-order flatten (with the Linear's
+    weight permuted to match) compute Wenet's front end: outputs and every parameter's gradient."""
+    torch.manual_seed(0)
+    sub = Conv2dSubsampling(input_dim=40, d_model=8, rate=rate, channels=channels)  # F' > 1 at every rate
+    x = torch.randn(3, 40, 40)
+    out = sub(x)
+    ref = _reference(sub, x)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(out.square().sum(), list(sub.parameters()))
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(sub.parameters()))
+    for (name, _), got, want in zip(sub.named_parameters(), grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # want: float64 math, fp32 leaf
