@@ -1,7 +1,7 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 8 schemes, 1800 steps each, rel_xl and wenet_rel x 2 seeds
+    python scripts/ablate.py                                          # all 8 schemes, 2250 steps each, rel_xl and wenet_rel x 2 seeds
     python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20 --seeds-for none   # two-scheme smoke, minutes
     python scripts/ablate.py --schemes rel_xl,abs_sin --seeds 3 --out runs/ablation_seeds  # seed spread
     python scripts/ablate.py --seeds-for rel_xl=3,wenet_rel=3,shaw=2  # more seeds for some schemes
@@ -44,15 +44,16 @@ from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings  #
 from asr.ablation.step_timer import read_step_stats  # noqa: E402
 
 # The default budget is the same number of optimizer steps for every scheme, with a
-# wall-clock cap (Lightning max_time) as a guard on a slower machine. 1800 steps of the
-# quickstart recipe (60 s batches) with the cosine ending at the last step: `rel_xl`
-# reached 24.4% test WER (rescoring); the seven schemes took 1 h 42 min end to end on an
-# idle 2-core host (2026-11-24: 12-14 min of training at 0.38-0.44 s a step and 1-3 min of
-# evaluation a scheme). (1300 steps, the earlier default, ended at 31.7%.) The cap only acts on a host
-# slower than that one (the same host has measured 0.6-0.7 s a step on busy days); it
-# bounds the run at ~2 h 15 min there, and the Steps column shows who was cut short.
-DEFAULT_BUDGET_STEPS = 1800
-DEFAULT_BUDGET_MINUTES = 16.0
+# wall-clock cap (Lightning max_time) as a guard on a slower machine. 2250 steps of the
+# quickstart recipe (60 s batches) with the cosine ending at the last step, chosen against
+# 1800 steps plus seeds at equal wall time (issue 33, README "Steps or seeds"): from 1800 to
+# 2250 steps the two seeds of `rel_xl` went from 50.90 / 40.52 to 35.58 / 32.83% test WER
+# and `wenet_rel`'s from 61.08 / 46.48 to 44.29 / 39.77, so at 1800 steps the seed, not the
+# scheme, decided most differences. A run of `rel_xl` or `wenet_rel` took about 13 min
+# (training and evaluation) on an idle 2-core host on 2026-11-26. The cap (1800 steps had
+# 16 min) only acts on a slower host, and the Steps column shows who was cut short.
+DEFAULT_BUDGET_STEPS = 2250
+DEFAULT_BUDGET_MINUTES = 20.0
 DEFAULT_VAL_EVERY = 360
 # Ablation-wide training overrides placed before the user's (which win):
 # - a warmup of a tenth of the step budget (the quickstart's 300 of 3800, rounded up);
