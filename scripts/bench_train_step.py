@@ -39,6 +39,7 @@ from asr.bench.train_step import (  # noqa: E402
     VARIANTS, build_synthetic, build_training, compare_steps, comparison_table, profile_steps, recompile_census,
     synthetic_batches, take, time_validation,
 )
+from asr.train.optim import guard_fused  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,7 +86,7 @@ def time_optimizers(model: torch.nn.Module, repeats: int = 50) -> str:
     lines = [f"{len(params)} tensors, {sum(p.numel() for p in params) / 1e6:.2f} M parameters",
              f"{'AdamW':<10}{'ms/step':>10}"]
     for name, kwargs in (("for-loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
-        optimizer = torch.optim.AdamW(params, lr=1e-4, **kwargs)
+        optimizer = guard_fused(torch.optim.AdamW(params, lr=1e-4, **kwargs))  # the layout guard timed too
         optimizer.step()  # state allocated outside the timing
         start = time.process_time()
         for _ in range(repeats):
