@@ -20,7 +20,9 @@ Scope (``compile.scope``):
 a new (B, T) never recompiles; a compile happens only for a new kind of input (mask layout, a
 size of 1, rel_xl's block case). Inductor on CPU adds one: the backward compile of a whole block
 specializes on the frame count T' (each of its parts alone stays dynamic), so an inductor run
-compiles per distinct T' up to ``recompile_limit`` (README, "Compiled step"). ``asr.model.tracing`` lists what the model does differently while it is
+compiles per distinct T' up to ``recompile_limit`` (README, "Compiled step"); for ``abs_sin``,
+``rope`` and ``none`` it is worse, the graph of the second length is reused at the third and fails
+inductor's stride check (AssertionError), so compile those schemes only to investigate. ``asr.model.tracing`` lists what the model does differently while it is
 traced (plain ops for its in-place autograd Functions, no host reads); the traced model
 computes the same numbers (``tests/model/test_compiled.py``).
 
