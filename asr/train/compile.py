@@ -22,9 +22,10 @@ size of 1, rel_xl's block case). Inductor on CPU adds one: the backward compile 
 specializes on the frame count T' (each of its parts alone stays dynamic), so an inductor run
 compiles per distinct T' up to ``recompile_limit`` (README, "Compiled step"); for ``abs_sin``,
 ``rope`` and ``none`` it is worse, the graph of the second length is reused at the third and fails
-inductor's stride check (AssertionError), so compile those schemes only to investigate. ``asr.model.tracing`` lists what the model does differently while it is
-traced (plain ops for its in-place autograd Functions, no host reads); the traced model
-computes the same numbers (``tests/model/test_compiled.py``).
+inductor's stride check (AssertionError), so compile those schemes only to investigate.
+``asr.model.tracing`` lists what the model does differently while it is traced (plain ops for its
+in-place autograd Functions, no host reads); the traced model computes the same numbers
+(``tests/model/test_compiled.py``).
 
 Nothing here changes the module tree: ``nn.Module.compile`` wraps ``__call__`` in place, so
 state dicts, checkpoints and ``load_model`` are those of the eager model.

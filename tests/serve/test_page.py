@@ -173,7 +173,10 @@ def lag_of(sent: np.ndarray, got: np.ndarray) -> int:
     return lag if lag < n // 2 else lag - n
 
 
-def linear_fit_error(piece: np.ndarray, got: np.ndarray, at: int, taps: int = 33) -> float:
+FIT_TAPS = 33  # the capture check's linear filter (odd: centred on the sample it predicts)
+
+
+def linear_fit_error(piece: np.ndarray, got: np.ndarray, at: int, taps: int = FIT_TAPS) -> float:
     """Mean squared error of ``got`` (from ``at + taps // 2``) against the best ``taps``-tap linear
     filter of ``piece``.
 
@@ -207,12 +210,12 @@ def capture_windows(sent: np.ndarray, got: np.ndarray, window_s: float = 0.25, s
     failed fit of everything after it; window by window, such a glitch is a step in the
     lags, and every window must still fit. A window's SNR is the file's level over the fit's
     error, not the window's own level: a quiet window is held to the same error as a loud
-    one. The lag of each window is searched within ``search_s`` of the whole file's. Windows quieter than ``quiet_db`` below the file's
-    RMS (the pause) and the first and last ``skip_s`` (Chromium's fake device ramps the
-    file in and out) are left out.
+    one. The lag of each window is searched within ``search_s`` of the whole file's. Windows
+    quieter than ``quiet_db`` below the file's RMS (the pause) and the first and last ``skip_s``
+    (Chromium's fake device ramps the file in and out) are left out.
     """
     whole_lag = lag_of(sent, got)
-    size, search, half = int(window_s * SAMPLE_RATE), int(search_s * SAMPLE_RATE), 16  # half: the fit's
+    size, search, half = int(window_s * SAMPLE_RATE), int(search_s * SAMPLE_RATE), FIT_TAPS // 2
     level = np.sqrt(np.mean(sent**2))
     out = []
     for start in range(int(skip_s * SAMPLE_RATE), len(sent) - int(skip_s * SAMPLE_RATE) - size, size):

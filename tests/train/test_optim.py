@@ -64,8 +64,9 @@ def test_the_guard_leaves_unfused_optimizers_alone():
 
 
 def test_the_lightning_module_guards_a_fused_optimizer():
-    module = AsrLightningModule(model=tiny_model(), optimizer=functools.partial(torch.optim.AdamW, fused=True, **KWARGS),
-                                tokenizer=LetterTokenizer(), scheduler=SchedulerConfig(warmup_steps=2),
+    fused = functools.partial(torch.optim.AdamW, fused=True, **KWARGS)
+    module = AsrLightningModule(model=tiny_model(), optimizer=fused, tokenizer=LetterTokenizer(),
+                                scheduler=SchedulerConfig(warmup_steps=2),
                                 streaming=StreamingConfig(max_chunk=4, val_chunk_size=2))
     optimizer = module.configure_optimizers()["optimizer"]
     assert optimizer.defaults["fused"] and len(optimizer._optimizer_step_pre_hooks) == 1
