@@ -16,13 +16,16 @@ Scope (``compile.scope``):
   the chunk ints then become part of its guards (full context, bounded and unbounded left
   context each compile separately).
 
-``dynamic=true`` marks every batch dimension dynamic from the first batch, so in dynamo's guards
-a new (B, T) never recompiles; a compile happens only for a new kind of input (mask layout, a
-size of 1, rel_xl's block case). Inductor on CPU adds one: the backward compile of a whole block
-specializes on the frame count T' (each of its parts alone stays dynamic), so an inductor run
-compiles per distinct T' up to ``recompile_limit`` (README, "Compiled step"); for ``abs_sin``,
-``rope`` and ``none`` it is worse, the graph of the second length is reused at the third and fails
-inductor's stride check (AssertionError), so compile those schemes only to investigate.
+``dynamic=true`` marks every batch dimension dynamic from the first batch, so a new (B, T)
+never recompiles; a compile happens only for a new kind of input (mask layout, a size of 1,
+rel_xl's block case). That holds under inductor only with its layout optimization off
+(``layout_optimization``, off by default): on a CPU with oneDNN, inductor turns channels-last
+layouts on for any graph with a convolution before it checks for symbolic shapes (its CUDA path
+checks first; torch 2.11, ``GraphLowering.decide_layout_opt``), and AOT autograd then re-strides
+the backward's saved activations with the forward's concrete strides. With it on, a conformer
+block's backward specialized on the frame count T' (a graph per T' up to ``recompile_limit``), and
+for ``abs_sin``, ``rope`` and ``none`` the graph of the second length was reused at the third and
+failed inductor's stride check (AssertionError; README, "Compiled step").
 ``asr.model.tracing`` lists what the model does differently while it is traced (plain ops for its
 in-place autograd Functions, no host reads); the traced model computes the same numbers
 (``tests/model/test_compiled.py``).
@@ -36,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch._inductor.config
 from torch import nn
 
 SCOPES = ("blocks", "model")
@@ -46,7 +50,8 @@ class CompileConfig:
     """``compile``: see the module docstring. ``mode``: inductor's mode (``default``,
     ``reduce-overhead``, ``max-autotune``, ...). ``recompile_limit``: graphs a compiled region may
     collect before dynamo falls back to eager for it (its default, 8, is below rel_xl's cases
-    times the mask layouts in ``model`` scope)."""
+    times the mask layouts in ``model`` scope). ``layout_optimization``: inductor's channels-last
+    layout choice, process-wide; only with ``dynamic=false`` (see the module docstring)."""
 
     enabled: bool = False
     scope: str = "blocks"
@@ -54,12 +59,19 @@ class CompileConfig:
     mode: str = "default"
     backend: str = "inductor"
     recompile_limit: int = 32
+    layout_optimization: bool = False
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
             raise ValueError(f"compile.scope ({self.scope!r}) must be one of {', '.join(SCOPES)}.")
         if self.recompile_limit < 1:
             raise ValueError(f"compile.recompile_limit ({self.recompile_limit}) must be >= 1.")
+        if self.layout_optimization and self.dynamic:
+            raise ValueError(
+                "compile.layout_optimization=true needs compile.dynamic=false: with dynamic shapes inductor's "
+                "layout optimization specializes each block's backward on the frame count (and for abs_sin, "
+                "rope and none fails its stride check at the third length)."
+            )
 
 
 def compiled_regions(model: nn.Module, scope: str) -> list[nn.Module]:
@@ -78,6 +90,8 @@ def compile_model(model: nn.Module, config: CompileConfig) -> list[nn.Module]:
     if not config.enabled:
         return []
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, config.recompile_limit)
+    # Process-wide, read when a graph is lowered (the first call of each region), not when compiled.
+    torch._inductor.config.layout_optimization = config.layout_optimization
     regions = compiled_regions(model, config.scope)
     # "default" is spelled as no mode: torch.compile refuses a mode together with options.
     mode = None if config.mode == "default" else config.mode

@@ -74,11 +74,14 @@ def assert_no_graph_break():
     assert not breaks, f"graph breaks: {breaks}"
 
 
-def check_training(pos_enc: str, scope: str, backend: str, steps=STEPS) -> None:
+def check_training(pos_enc: str, scope: str, backend: str, steps=STEPS) -> list[int]:
+    """Loss and every gradient of the compiled model equal the eager one's at each step; returns the
+    graphs compiled so far after each step."""
     eager = tiny_model(pos_enc).train()
     compiled = copy.deepcopy(eager)
     regions = compile_model(compiled, CompileConfig(enabled=True, scope=scope, backend=backend))
     assert regions
+    graph_counts = []
     for step in steps:
         losses, grads = loss_and_grads(eager, step)
         c_losses, c_grads = loss_and_grads(compiled, step)
@@ -87,8 +90,10 @@ def check_training(pos_enc: str, scope: str, backend: str, steps=STEPS) -> None:
         assert c_grads.keys() == grads.keys() and len(grads) == len(list(eager.parameters()))
         for name in grads:
             torch.testing.assert_close(c_grads[name], grads[name], rtol=1e-5, atol=1e-5, msg=name)
-    assert compiled_graph_count() > 0  # the compiled path ran (no silent eager fallback)
+        graph_counts.append(compiled_graph_count())
+    assert graph_counts[-1] > 0  # the compiled path ran (no silent eager fallback)
     assert_no_graph_break()
+    return graph_counts
 
 
 def check_streaming(pos_enc: str, backend: str, chunk: int = 4, left: int = 2) -> None:
@@ -147,6 +152,25 @@ def test_inductor_trains_like_eager_every_scheme(pos_enc, scope):
 @pytest.mark.parametrize("pos_enc", POSITION_SCHEMES)
 def test_inductor_streams_like_eager_every_scheme(pos_enc):
     check_streaming(pos_enc, "inductor")
+
+
+# One mask layout (full context) at three frame counts: T' = 17, 23, 20 after the 4x front end.
+THREE_LENGTHS = [(3, 71, 0, -1), (3, 97, 0, -1), (3, 84, 0, -1)]
+
+
+def check_lengths_share_inductors_graphs(pos_enc: str) -> None:
+    """Inductor serves new lengths with the first length's graphs and computes the eager numbers.
+    With inductor's layout optimization on (its CPU default), each block's backward specialized on
+    T' (a graph per length), and abs_sin, rope and none stopped at the third length with inductor's
+    stride AssertionError (asr.train.compile)."""
+    counts = check_training(pos_enc, "blocks", "inductor", steps=THREE_LENGTHS)
+    assert counts[0] == counts[-1], f"graphs compiled after each length: {counts}"
+
+
+@pytest.mark.parametrize("pos_enc", [pytest.param(s, marks=() if s == "abs_sin" else pytest.mark.slow)
+                                     for s in POSITION_SCHEMES])
+def test_inductor_compiles_once_for_three_lengths(pos_enc):
+    check_lengths_share_inductors_graphs(pos_enc)
 
 
 @pytest.mark.parametrize("c,kk", [(1, 1), (1, 7), (4, 9), (6, 6), (64, 150)])

@@ -36,6 +36,24 @@ def test_config_group_is_the_dataclass_and_checks_its_values():
         CompileConfig(scope="encoder")
 
 
+def test_layout_optimization_is_off_for_dynamic_shapes():
+    """Inductor's process-wide layout switch follows the config; on with dynamic shapes is refused
+    (it specializes a block's backward on the frame count: asr.train.compile)."""
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.layout_optimization
+    try:
+        inductor_config.layout_optimization = True  # inductor's own default on this CPU
+        compile_model(tiny_model(), CompileConfig(enabled=True, backend="eager"))
+        assert inductor_config.layout_optimization is False
+        compile_model(tiny_model(), CompileConfig(enabled=True, backend="eager", dynamic=False, layout_optimization=True))
+        assert inductor_config.layout_optimization is True
+    finally:
+        inductor_config.layout_optimization = before
+    with pytest.raises(ValueError, match="needs compile.dynamic=false"):
+        CompileConfig(layout_optimization=True)
+
+
 def test_regions_are_the_blocks_and_layers_and_the_state_dict_is_unchanged():
     model = tiny_model()
     keys = list(model.state_dict())
