@@ -89,7 +89,11 @@ def check_training(pos_enc: str, scope: str, backend: str, steps=STEPS) -> list[
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
         assert c_grads.keys() == grads.keys() and len(grads) == len(list(eager.parameters()))
         for name in grads:
-            torch.testing.assert_close(c_grads[name], grads[name], rtol=1e-5, atol=1e-5, msg=name)
+            # A gradient entry is a float32 sum over B x T' terms that inductor may order differently,
+            # so its rounding scales with the tensor's largest entry, not with the entry itself (abs_learned
+            # at T' = 24: 1.9e-5 on an entry of a bias gradient whose largest is 3.9, the loss bit-equal).
+            scale = max(1.0, float(grads[name].abs().max()))
+            torch.testing.assert_close(c_grads[name], grads[name], rtol=1e-5, atol=1e-5 * scale, msg=name)
         graph_counts.append(compiled_graph_count())
     assert graph_counts[-1] > 0  # the compiled path ran (no silent eager fallback)
     assert_no_graph_break()
