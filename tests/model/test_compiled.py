@@ -162,19 +162,15 @@ def test_inductor_streams_like_eager_every_scheme(pos_enc):
 THREE_LENGTHS = [(3, 71, 0, -1), (3, 97, 0, -1), (3, 84, 0, -1)]
 
 
-def check_lengths_share_inductors_graphs(pos_enc: str) -> None:
+@pytest.mark.parametrize("pos_enc", [pytest.param(s, marks=() if s == "abs_sin" else pytest.mark.slow)
+                                     for s in POSITION_SCHEMES])
+def test_inductor_compiles_once_for_three_lengths(pos_enc):
     """Inductor serves new lengths with the first length's graphs and computes the eager numbers.
     With inductor's layout optimization on (its CPU default), each block's backward specialized on
     T' (a graph per length), and abs_sin, rope and none stopped at the third length with inductor's
     stride AssertionError (asr.train.compile)."""
     counts = check_training(pos_enc, "blocks", "inductor", steps=THREE_LENGTHS)
     assert counts[0] == counts[-1], f"graphs compiled after each length: {counts}"
-
-
-@pytest.mark.parametrize("pos_enc", [pytest.param(s, marks=() if s == "abs_sin" else pytest.mark.slow)
-                                     for s in POSITION_SCHEMES])
-def test_inductor_compiles_once_for_three_lengths(pos_enc):
-    check_lengths_share_inductors_graphs(pos_enc)
 
 
 @pytest.mark.parametrize("c,kk", [(1, 1), (1, 7), (4, 9), (6, 6), (64, 150)])
