@@ -37,6 +37,16 @@ ROOT = 0
 MEMO_ENTRIES = 200_000  # memoized transitions kept per graph (~30 MB); cleared when full, like the LM caches
 
 
+def check_unbiased_keep(value: int | None, what: str = "unbiased_keep") -> int | None:
+    """``value`` when it is None (the search's default) or a count >= 0; else ValueError naming ``what``.
+
+    The one check for every place that takes this setting (graph, search, hotword compiler,
+    recognizer), so a bad value is refused where it enters, with the same message."""
+    if value is not None and value < 0:
+        raise ValueError(f"{what} ({value}) must be >= 0 (or None: the default).")
+    return value
+
+
 class ContextGraph:
     """Aho-Corasick over token-id phrases with per-phrase scores (see the module docstring).
 
@@ -56,9 +66,7 @@ class ContextGraph:
                  unbiased_keep: int | None = None) -> None:
         if not (math.isfinite(provisional) and 0.0 <= provisional <= 1.0):
             raise ValueError(f"provisional ({provisional}) must lie in [0, 1]")
-        if unbiased_keep is not None and unbiased_keep < 0:
-            raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0")
-        self.unbiased_keep = unbiased_keep
+        self.unbiased_keep = check_unbiased_keep(unbiased_keep)
         best: dict[tuple[int, ...], float] = {}
         for tokens, score in phrases:
             tokens = tuple(int(t) for t in tokens)

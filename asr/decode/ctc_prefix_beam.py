@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from asr.decode.context_graph import ROOT, ContextGraph
+from asr.decode.context_graph import ROOT, ContextGraph, check_unbiased_keep
 from asr.lm.fusion import Fusion
 
 NEG_INF = float("-inf")
@@ -78,9 +78,7 @@ class CtcPrefixBeamSearch:
                  context: ContextGraph | None = None, unbiased_keep: int | None = None) -> None:
         if beam < 1:
             raise ValueError(f"beam ({beam}) must be >= 1.")
-        unbiased_keep = unbiased_keep_for(context, unbiased_keep)
-        if unbiased_keep < 0:
-            raise ValueError(f"unbiased_keep ({unbiased_keep}) must be >= 0.")
+        unbiased_keep = check_unbiased_keep(unbiased_keep_for(context, unbiased_keep))
         # An empty graph biases nothing, so it changes nothing (no extra prefixes either).
         self.unbiased_keep = unbiased_keep if context is not None and context.phrases else 0
         self.beam = beam

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from asr.decode.context_graph import ContextGraph
+from asr.decode.context_graph import ContextGraph, check_unbiased_keep
 from asr.decode.ctc_prefix_beam import unbiased_keep_for
 
 # Chosen on the biasing dev split (dev voices, never the test voices), N = 100, quickstart model, no LMs, first 50
@@ -171,9 +171,7 @@ class HotwordCompiler:
                  unbiased_keep: int | None = None) -> None:
         if not (math.isfinite(default_score) and default_score > 0):
             raise ValueError(f"hotword score ({default_score}) must be a finite number > 0.")
-        if unbiased_keep is not None and unbiased_keep < 0:
-            raise ValueError(f"hotword unbiased keep ({unbiased_keep}) must be >= 0.")
-        self.unbiased_keep = unbiased_keep
+        self.unbiased_keep = check_unbiased_keep(unbiased_keep, "hotword unbiased keep")
         self.tokenizer = tokenizer
         self.default_score = default_score
         self.cache_size = cache_size

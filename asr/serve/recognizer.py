@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from asr.decode.context_graph import check_unbiased_keep
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, Biasing, HotwordCompiler, as_entries
 from asr.decode.rescoring import rescoring_scores
@@ -325,9 +326,8 @@ class Recognizer:
         self.hotword_rescore_weight = hotword_rescore_weight
         self.hotwords = as_entries(hotwords)
         self._hotword_score = hotword_score
-        if hotword_unbiased_keep is not None and hotword_unbiased_keep < 0:
-            raise ValueError(f"hotword_unbiased_keep ({hotword_unbiased_keep}) must be >= 0 (or None: the default).")
-        self._hotword_unbiased_keep = hotword_unbiased_keep
+        # Checked here, not only by the compiler: the compiler is made lazily, with the first list.
+        self._hotword_unbiased_keep = check_unbiased_keep(hotword_unbiased_keep, "hotword_unbiased_keep")
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         if self.hotwords:
             self.compile_hotwords([])  # a bad server-wide list fails now, not at the first connection

@@ -88,6 +88,12 @@ def test_room_for_unbiased_prefixes_is_nothing_without_a_graph(seed):
     assert ctc_prefix_beam_search(lp, 3, unbiased_keep=5) == ctc_prefix_beam_search(lp, 3)
     with pytest.raises(ValueError, match="unbiased_keep"):
         CtcPrefixBeamSearch(3, 0, context=ContextGraph([((1,), 1.0)]), unbiased_keep=-1)
+    with pytest.raises(ValueError, match="unbiased_keep"):
+        ContextGraph([((1,), 1.0)], unbiased_keep=-1)
+    graph = ContextGraph([((1,), 1.0)])
+    graph.unbiased_keep = -2  # set after construction: the search still refuses the value it resolves
+    with pytest.raises(ValueError, match=r"unbiased_keep \(-2\)"):
+        CtcPrefixBeamSearch(3, 0, context=graph)
 
 
 def test_rescoring_adds_the_share_of_the_bonus_it_keeps(tiny_model):
