@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +36,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from asr.bench.train_step import (  # noqa: E402
     VARIANTS, build_synthetic, build_training, compare_steps, comparison_table, profile_steps, recompile_census,
-    synthetic_batches, take, time_validation,
+    synthetic_batches, take, time_optimizers, time_validation,
 )
-from asr.train.optim import guard_fused  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,22 +75,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.device != "cpu" and args.profile:
         p.error("--profile runs on the CPU (its phase marks do not synchronize a GPU)")
     return args
-
-
-def time_optimizers(model: torch.nn.Module, repeats: int = 50) -> str:
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    lines = [f"{len(params)} tensors, {sum(p.numel() for p in params) / 1e6:.2f} M parameters",
-             f"{'AdamW':<10}{'ms/step':>10}"]
-    for name, kwargs in (("for-loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
-        optimizer = guard_fused(torch.optim.AdamW(params, lr=1e-4, **kwargs))  # the layout guard timed too
-        optimizer.step()  # state allocated outside the timing
-        start = time.process_time()
-        for _ in range(repeats):
-            optimizer.step()
-        lines.append(f"{name:<10}{1000 * (time.process_time() - start) / repeats:>10.2f}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

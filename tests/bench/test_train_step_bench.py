@@ -7,7 +7,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from asr.bench.encoders import EncoderSize, benchmark, fwd_bwd, table
-from asr.bench.train_step import PHASES, build_synthetic, compare_steps, profile_steps, synthetic_batches
+from asr.bench.train_step import PHASES, build_synthetic, compare_steps, profile_steps, synthetic_batches, time_optimizers
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -27,6 +27,14 @@ def test_synthetic_batches_are_duration_bucketed_and_padded():
         assert b.feats.shape[0] * frames / 100 <= 20.0 + 4.0 and int(b.feat_lens.max()) == frames
         assert ((b.tokens == -1) == (torch.arange(b.tokens.shape[1])[None] >= b.token_lens[:, None])).all()
         assert b.tokens.max() < 30
+
+
+def test_optimizer_table_times_the_three_adamw_variants_on_the_models_parameters():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Conv2d(2, 2, 3).to(memory_format=torch.channels_last))
+    lines = time_optimizers(net, repeats=2).splitlines()
+    assert lines[0].startswith("4 tensors, 0.00 M parameters")  # 15 + 38 parameters
+    assert [line.split()[0] for line in lines[2:]] == ["for-loop", "foreach", "fused"]
+    assert all(float(line.split()[1]) >= 0 for line in lines[2:])
 
 
 def test_profile_accounts_every_phase_of_the_step():
