@@ -70,8 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown = [v for v in args.compare.split(",") if v not in VARIANTS]
         if unknown:
             p.error(f"unknown variant(s) {unknown}; valid: {', '.join(VARIANTS)}")
-    if args.synthetic is not None and (args.profile or not args.compare):
-        p.error("--synthetic goes with --compare (the profile times the real data loader)")
+    if args.synthetic is not None and (args.profile or args.recompiles or not args.compare):
+        p.error("--synthetic goes with --compare (the profile times the real data loader, the census "
+                "walks the real sampler's epoch)")
     if args.device != "cpu" and args.profile:
         p.error("--profile runs on the CPU (its phase marks do not synchronize a GPU)")
     return args
