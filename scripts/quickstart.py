@@ -1,8 +1,8 @@
 """End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
 
 Usage (from the repository root):
-    python scripts/quickstart.py                  # everything, ~42 min on a 2-core CPU
-    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 3800 steps)
+    python scripts/quickstart.py                  # everything, ~36 min on a 2-core CPU
+    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 4560 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
 
@@ -14,7 +14,7 @@ Steps (each one reuses what earlier runs left):
     network's capture paths: resampling, gain control, noise suppression, telephone, MP3,
     clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_sherpa.json:
     sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn);
- 2. train experiment=quickstart (scripts/train.py: 3800 steps, ~30 min on 2 cores, capped by
+ 2. train experiment=quickstart (scripts/train.py: 4560 steps, ~25 min on 2 cores, capped by
     --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
     skipped when that run finished; a run of another corpus or recipe (its
     quickstart_corpus.json differs: train split, tokenizer, profile or a file under conf/)
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES),
                         help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=33.0,
-                        help="wall-clock cap on training (the experiment's 3800 steps take ~28 min on 2 cores; "
+                        help="wall-clock cap on training (the experiment's 4560 steps took 25 min on 2 cores; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")

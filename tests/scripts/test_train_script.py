@@ -69,7 +69,7 @@ def test_sigkill_then_resume_continues_step_and_epoch(corpus, tmp_path):
     last = run_dir / "checkpoints" / "last.ckpt"
     common = [f"hydra.run.dir={run_dir}", "trainer.val_check_interval=3", "trainer.check_val_every_n_epoch=null",
               "trainer.limit_val_batches=1"]
-    # No bound it can reach before the kill (the quickstart config's own max_steps, 3800, took a
+    # No bound it can reach before the kill (the quickstart config's own max_steps, 3800 at the time, took a
     # fast host under ~2 min with this tiny model).
     proc = subprocess.Popen(train_cmd(corpus, *common, "trainer.max_epochs=100000", "trainer.max_steps=10000000"),
                             cwd=ROOT, env=ENV,
