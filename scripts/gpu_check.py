@@ -5,6 +5,8 @@ Usage (from the repository root):
     python scripts/gpu_check.py --dry-run             # print the plan: steps and commands (runs anywhere)
     python scripts/gpu_check.py --skip quickstart     # leave steps out (comma-separated names)
     python scripts/gpu_check.py --only suite,attention --out exp/gpu_check_quick
+    python scripts/gpu_check.py --lease               # the short plan for a lent device: one command, ~9 min
+    python scripts/gpu_check.py --fetch-wheels .whl   # here, before a lease: the wheels the device image lacks
     python scripts/gpu_check.py --help
 
 Steps, in order (each one's command, exit code, time and output tail go into the report):
@@ -22,6 +24,19 @@ Steps, in order (each one's command, exit code, time and output tail go into the
 
 The report is <out>/report.md, with every step's full output beside it (<out>/<step>.log).
 A failing step is recorded and the next one still runs; the exit code is 1 if any failed.
+
+A lent device (the device tool here) gives a session about 15 minutes in all and one command at
+most 10, so the whole plan (hours) cannot run there. ``--lease`` is the plan sized for one such
+command, under a 9-minute budget (``--budget-minutes``): env; the tests whose ``device`` fixture
+is cuda in tests/model, tests/streaming and tests/train (``-k cuda``); the attention benchmark;
+a short throughput comparison (eager against compiled blocks, 30 batches). A step that the
+budget no longer fits is recorded as not run. The device's image has torch, torchaudio,
+lightning and sentencepiece but not hydra, lhotse and a few more that this code imports:
+``--fetch-wheels DIR`` downloads them here (the versions installed here, for the device's
+Python, 3.12), building the two that PyPI ships only as source. Then, on the device:
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
+        PYTHONPATH=/tmp/site:. python3 scripts/gpu_check.py --lease --out $OUT/gpu_check
 """
 
 from __future__ import annotations
@@ -37,6 +52,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+LEASE_BUDGET_MINUTES = 9.0
+# What this code imports that the device image (torch, torchaudio, lightning, sentencepiece, numpy,
+# scipy, matplotlib, rich, ...) lacks; --fetch-wheels takes the versions installed here.
+DEVICE_WHEELS = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "lhotse", "intervaltree", "cytoolz",
+                 "editdistance", "soundfile", "cffi", "pycparser")
 
 
 @dataclass(frozen=True)
@@ -58,12 +78,17 @@ def print_env() -> None:
         print("device: no CUDA device")
 
 
-def plan(out: Path, data_dir: str, throughput_steps: int) -> list[Step]:
-    attention = tuple(
+def _attention_commands(out: Path) -> tuple[tuple[str, ...], ...]:
+    """bench_attention.py on the GPU in fp32 and bf16, L = 512, 1024, 2048, each writing its JSON into ``out``."""
+    return tuple(
         (PY, "scripts/bench_attention.py", "--device", "cuda", "--dtype", dtype, "--lengths", "512", "1024", "2048",
          "--json", str(out / f"attention_{dtype}.json"))
         for dtype in ("float32", "bfloat16")
     )
+
+
+def plan(out: Path, data_dir: str, throughput_steps: int) -> list[Step]:
+    attention = _attention_commands(out)
     return [
         Step("env", "versions and the GPU", ((PY, "scripts/gpu_check.py", "--env"), ("nvidia-smi",)), 60),
         Step("suite", "test suite with cuda in the device fixture, then the slow tests (compiled models of every scheme)",
@@ -80,18 +105,71 @@ def plan(out: Path, data_dir: str, throughput_steps: int) -> list[Step]:
     ]
 
 
-def run_step(step: Step, log: Path) -> tuple[int, float, str]:
-    """Run every command of the step; (the first non-zero exit code or 0, seconds, output tail)."""
+def lease_plan(out: Path) -> list[Step]:
+    """The plan for one command on a lent device (module docstring): minutes, not hours."""
+    attention = _attention_commands(out)
+    return [
+        Step("env", "versions and the GPU", ((PY, "scripts/gpu_check.py", "--env"), ("nvidia-smi",)), 30),
+        Step("cuda_tests", "the model, streaming and training tests whose device fixture is cuda",
+             ((PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", "--timeout", "120",
+               "tests/model", "tests/streaming", "tests/train"),), 210),
+        Step("attention", "attention cores on the GPU, fp32 and bf16, ratios to flash SDPA", attention, 90),
+        Step("throughput", "LibriSpeech-sized model, eager vs compiled blocks, bf16, 30 synthetic batches",
+             ((PY, "scripts/bench_train_step.py", "--compare", "eager,blocks", "--synthetic", "5000",
+               "--device", "cuda", "--precision", "bf16", "--steps", "30", "--warmup", "10",
+               "experiment=librispeech_u2pp", "trainer=gpu"),), 210),
+    ]
+
+
+def fetch_wheels(folder: Path, python_version: str = "3.12") -> list[tuple[str, ...]]:
+    """The commands that put DEVICE_WHEELS, at the versions installed here, into ``folder`` as wheels for
+    ``python_version`` on x86-64 Linux; a package PyPI has only as source is built here (pure Python)."""
+    from importlib import metadata
+
+    platforms = [a for tag in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+                 for a in ("--platform", tag)]
+    commands = []
+    for name in DEVICE_WHEELS:
+        pin = f"{name}=={metadata.version(name)}"
+        commands.append((PY, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+                         python_version, "--implementation", "cp", *platforms, "-d", str(folder), pin))
+    return commands
+
+
+def _fetch_one(download: tuple[str, ...], folder: Path) -> int:
+    """Run one download; when no wheel exists (a source-only package), build one here instead."""
+    if subprocess.run(download, cwd=ROOT).returncode == 0:
+        return 0
+    pin = download[-1]
+    print(f"[gpu_check] no wheel of {pin} for the device; building one from its source", flush=True)
+    before = set(folder.glob("*.whl"))
+    if subprocess.run((PY, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), pin), cwd=ROOT).returncode:
+        return 1
+    for wheel in set(folder.glob("*.whl")) - before:
+        if not wheel.name.endswith("-none-any.whl"):  # built for this machine's Python, not the device's
+            print(f"[gpu_check] {wheel.name} is not pure Python: it would not install on the device; removed",
+                  flush=True)
+            wheel.unlink()
+            return 1
+    return 0
+
+
+def run_step(step: Step, log: Path, budget_s: float | None = None) -> tuple[int, float, str]:
+    """Run every command of the step within its timeout (and ``budget_s`` when given: what is left of
+    the whole run); (the first non-zero exit code or 0, seconds, output tail)."""
     start, code = time.monotonic(), 0
+    limit = step.timeout_s if budget_s is None else min(step.timeout_s, budget_s)
     with open(log, "w") as fh:
         for cmd in step.commands:
             fh.write(f"$ {shlex.join(cmd)}\n")
             fh.flush()
+            left = limit - (time.monotonic() - start)
             try:
-                result = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                        timeout=step.timeout_s).returncode
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(cmd, 0)
+                result = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=left).returncode
             except subprocess.TimeoutExpired:
-                fh.write(f"\n[gpu_check] timed out after {step.timeout_s} s\n")
+                fh.write(f"\n[gpu_check] timed out: the step had {limit:.0f} s\n")
                 result = 124
             except FileNotFoundError as err:
                 fh.write(f"\n[gpu_check] {err}\n")
@@ -111,12 +189,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated steps to run (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--env", action="store_true", help="print versions and the GPU, and exit")
+    parser.add_argument("--lease", action="store_true",
+                        help=f"the short plan for one command on a lent device ({LEASE_BUDGET_MINUTES:g}-minute budget)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="stop starting steps when this much time is spent; a running step is cut at it "
+                             f"(default: none; {LEASE_BUDGET_MINUTES:g} with --lease)")
+    parser.add_argument("--fetch-wheels", metavar="DIR", default=None,
+                        help="download (here) the wheels the device image lacks into DIR, and exit")
+    parser.add_argument("--python-version", default="3.12", help="with --fetch-wheels: the device's Python")
     args = parser.parse_args(argv)
     if args.env:
         print_env()
         return 0
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        parser.error(f"--budget-minutes ({args.budget_minutes}) must be > 0")
+    if args.fetch_wheels:
+        folder = Path(args.fetch_wheels)
+        downloads = fetch_wheels(folder, args.python_version)
+        if args.dry_run:
+            print("\n".join(f"$ {shlex.join(cmd)}" for cmd in downloads))
+            return 0
+        folder.mkdir(parents=True, exist_ok=True)
+        failed = [cmd[-1] for cmd in downloads if _fetch_one(cmd, folder) != 0]
+        print(f"[gpu_check] wheels in {folder}: {len(list(folder.glob('*.whl')))}; failed: {', '.join(failed) or 'none'}")
+        return 1 if failed else 0
     out = Path(args.out)
-    steps = plan(out, args.data_dir, args.throughput_steps)
+    budget_min = args.budget_minutes if args.budget_minutes is not None else (
+        LEASE_BUDGET_MINUTES if args.lease else None)
+    steps = lease_plan(out) if args.lease else plan(out, args.data_dir, args.throughput_steps)
     names = [s.name for s in steps]
     chosen = set(args.only.split(",")) if args.only else set(names)
     chosen -= set(args.skip.split(",")) if args.skip else set()
@@ -125,9 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown step(s) {sorted(unknown)}; steps: {', '.join(names)}")
     steps = [s for s in steps if s.name in chosen]
     if args.dry_run:
-        print(f"gpu_check plan: {len(steps)} step(s), report {out / 'report.md'}")
+        budget = f", budget {budget_min:g} min" if budget_min is not None else ""
+        print(f"gpu_check plan: {len(steps)} step(s), report {out / 'report.md'}{budget}")
         for i, step in enumerate(steps, 1):
-            print(f"\n{i}. {step.name}: {step.what} (timeout {step.timeout_s // 60} min)")
+            limit = f"{step.timeout_s // 60} min" if step.timeout_s >= 120 else f"{step.timeout_s} s"
+            print(f"\n{i}. {step.name}: {step.what} (timeout {limit})")
             for cmd in step.commands:
                 print(f"   $ {shlex.join(cmd)}")
         return 0
@@ -137,13 +239,30 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA device here (torch.cuda.is_available() is False); --dry-run shows the plan",
               file=sys.stderr)
         return 2
+    failed = run_plan(steps, out, budget_min)
+    print(f"[gpu_check] report: {out / 'report.md'}; failed: {', '.join(failed) or 'none'}")
+    return 1 if failed else 0
+
+
+def run_plan(steps: list[Step], out: Path, budget_min: float | None = None, min_step_s: float = 20.0) -> list[str]:
+    """Run ``steps`` in order into ``out`` (report.md rewritten after each step, a log per step) within
+    ``budget_min`` minutes when given (a step is not started with less than ``min_step_s`` left); the
+    names of the steps that failed or were not run."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# GPU check, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", "",
              f"host {os.uname().nodename}, commit {_commit()}", ""]
     failed = []
+    deadline = None if budget_min is None else time.monotonic() + 60 * budget_min
     for step in steps:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < min_step_s:
+            print(f"[gpu_check] {step.name}: not run ({max(left, 0):.0f} s of the budget left)", flush=True)
+            failed.append(step.name)
+            lines += [f"## {step.name}: NOT RUN, the budget was spent", "", step.what, ""]
+            (out / "report.md").write_text("\n".join(lines) + "\n")
+            continue
         print(f"[gpu_check] {step.name}: {step.what}", flush=True)
-        code, seconds, tail = run_step(step, out / f"{step.name}.log")
+        code, seconds, tail = run_step(step, out / f"{step.name}.log", left)
         status = "ok" if code == 0 else f"FAILED (exit {code})"
         print(f"[gpu_check] {step.name}: {status} in {seconds / 60:.1f} min", flush=True)
         if code != 0:
@@ -151,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"## {step.name}: {status}, {seconds / 60:.1f} min", "", step.what, "",
                   *[f"    $ {shlex.join(cmd)}" for cmd in step.commands], "", "```", tail.rstrip(), "```", ""]
         (out / "report.md").write_text("\n".join(lines) + "\n")  # rewritten after every step
-    print(f"[gpu_check] report: {out / 'report.md'}; failed: {', '.join(failed) or 'none'}")
-    return 1 if failed else 0
+    return failed
 
 
 def _commit() -> str:

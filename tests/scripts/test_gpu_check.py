@@ -20,7 +20,7 @@ def test_help_and_dry_run_plan(capsys):
     assert out.returncode == 0 and "--dry-run" in out.stdout
     assert gpu_check.main(["--dry-run", "--out", "/tmp/gc"]) == 0
     plan = capsys.readouterr().out
-    assert "5 step(s)" in plan and "/tmp/gc/report.md" in plan
+    assert "5 step(s)" in plan and "/tmp/gc/report.md" in plan and "budget" not in plan
     for name in STEPS:
         assert f". {name}:" in plan
     assert "bench_attention.py --device cuda --dtype bfloat16 --lengths 512 1024 2048" in plan
@@ -48,3 +48,47 @@ def test_a_step_runs_every_command_and_keeps_the_first_failure(tmp_path):
                                                    (sys.executable, "-c", "print('second ran')")), 60)
     code, seconds, tail = gpu_check.run_step(step, tmp_path / "demo.log")
     assert code == 3 and seconds >= 0 and "second ran" in tail
+
+
+def test_lease_plan_fits_one_device_command(capsys):
+    assert gpu_check.main(["--lease", "--dry-run", "--out", "/tmp/gc"]) == 0
+    plan = capsys.readouterr().out
+    assert "4 step(s)" in plan and "budget 9 min" in plan
+    for name in ("env", "cuda_tests", "attention", "throughput"):
+        assert f". {name}:" in plan
+    assert "-k cuda" in plan and "quickstart.py" not in plan and "--steps 30" in plan
+    # The device tool runs one command for at most 10 minutes: the steps' own limits fit inside it.
+    assert sum(step.timeout_s for step in gpu_check.lease_plan(Path("/tmp/gc"))) <= 9 * 60
+    assert gpu_check.main(["--dry-run", "--budget-minutes", "2.5"]) == 0
+    assert "budget 2.5 min" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--dry-run", "--budget-minutes", "0"])
+
+
+def test_a_step_is_cut_at_what_is_left_of_the_budget(tmp_path):
+    step = gpu_check.Step("slow", "sleeps", ((sys.executable, "-c", "import time; time.sleep(30)"),
+                                              (sys.executable, "-c", "print('not reached in time')")), 600)
+    code, seconds, tail = gpu_check.run_step(step, tmp_path / "slow.log", budget_s=1.0)
+    assert code == 124 and seconds < 20 and "timed out: the step had 1 s" in tail
+
+
+def test_fetch_wheels_pins_the_versions_installed_here_for_the_devices_python(capsys, tmp_path):
+    from importlib import metadata
+
+    assert gpu_check.main(["--fetch-wheels", str(tmp_path / "whl"), "--dry-run", "--python-version", "3.12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(gpu_check.DEVICE_WHEELS)
+    assert all("--python-version 3.12" in line and "--only-binary=:all:" in line for line in lines)
+    assert f"hydra-core=={metadata.version('hydra-core')}" in lines[0]
+    assert not (tmp_path / "whl").exists()  # a dry run writes nothing
+
+
+def test_steps_the_budget_no_longer_fits_are_reported_as_not_run(tmp_path):
+    quick = gpu_check.Step("quick", "prints", ((sys.executable, "-c", "print('ran')"),), 60)
+    slow = gpu_check.Step("slow", "sleeps", ((sys.executable, "-c", "import time; time.sleep(60)"),), 600)
+    after = gpu_check.Step("after", "never reached", ((sys.executable, "-c", "print('after')"),), 60)
+    failed = gpu_check.run_plan([quick, slow, after], tmp_path, budget_min=0.05, min_step_s=1.0)  # 3 s
+    report = (tmp_path / "report.md").read_text()
+    assert failed == ["slow", "after"]
+    assert "## quick: ok" in report and "## slow: FAILED (exit 124)" in report
+    assert "## after: NOT RUN, the budget was spent" in report and not (tmp_path / "after.log").exists()
