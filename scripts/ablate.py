@@ -25,6 +25,12 @@ schemes that finished (<out>/<scheme>/ablation_result.json) and resumes a scheme
 whose training was interrupted from its checkpoints/last.ckpt. Failed schemes are
 shown as failed in the report and retried by the next run. --report-only rebuilds
 the report from what has finished (e.g. while a long ablation is still running).
+
+The training code is frozen: on its first start the ablation copies asr/, conf/ and
+scripts/train.py into <out>/code (asr/ablation/snapshot.py, with the commit in FROZEN.json),
+and every training run, a resumed one too, imports that copy, so edits and commits made
+while it runs do not reach it. Delete <out>/code to pick up new code; --no-freeze trains
+with the checkout as it is at each run's start.
 """
 
 from __future__ import annotations
@@ -110,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="kill a training run after this long (default: 2x the minute budget + 5)")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite report.md, results.json and plots from the finished schemes; train nothing")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="train with this checkout as it is when each run starts, not with <out>/code")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to every training run")
     args = parser.parse_args(argv)
     bad = [o for o in args.overrides if "=" not in o]
@@ -197,6 +205,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.report_only:
         runner.report_only()
         return 0
+    if not args.no_freeze:
+        from asr.ablation.snapshot import freeze_code
+
+        settings.code_root = freeze_code(settings.out_dir)
     start = time.monotonic()
     print(f"[ablate] {len(schemes)} scheme(s), {len(settings.runs())} run(s): {','.join(schemes)} -> {settings.out_dir}")
     results = runner.run()

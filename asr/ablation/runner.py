@@ -57,6 +57,8 @@ class AblationSettings:
     val_every_steps: int | None = None
     extra_overrides: Sequence[str] = field(default_factory=tuple)
     train_timeout_minutes: float | None = None
+    # The training code's frozen copy (asr.ablation.snapshot.freeze_code); None: this checkout's.
+    code_root: Path | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -101,6 +103,7 @@ class AblationSettings:
             extra_overrides=tuple(self.extra_overrides),
             resume_from=resume_from,
             timeout_s=timeout,
+            code_root=self.code_root,
         )
 
     def training_settings(self, seed: int | None = None) -> dict[str, Any]:

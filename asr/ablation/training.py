@@ -45,6 +45,8 @@ class TrainJob:
     extra_overrides: Sequence[str] = field(default_factory=tuple)
     resume_from: Path | None = None
     timeout_s: float | None = None
+    # A frozen copy of the code to train with (asr.ablation.snapshot); None: this checkout's.
+    code_root: Path | None = None
 
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
@@ -112,7 +114,8 @@ def train_overrides(job: TrainJob) -> list[str]:
 
 
 def train_command(job: TrainJob) -> list[str]:
-    return [sys.executable, str(TRAIN_SCRIPT), *train_overrides(job)]
+    script = TRAIN_SCRIPT if job.code_root is None else Path(job.code_root) / "scripts" / "train.py"
+    return [sys.executable, str(script), *train_overrides(job)]
 
 
 def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOutcome:
@@ -130,6 +133,11 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
     cmd = list(command) if command is not None else train_command(job)
     launcher = [sys.executable, "-m", "asr.ablation.peak_rss", str(rss_path), "--", *cmd]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    if job.code_root is not None:
+        # The frozen package before any installed one, and not the checkout the process starts in:
+        # `-m` and `-c` would put the working directory (this checkout) first on sys.path.
+        env["PYTHONPATH"] = os.pathsep.join([str(job.code_root), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env["PYTHONSAFEPATH"] = "1"
     start = time.monotonic()
     with log_path.open("a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")

@@ -102,6 +102,9 @@ def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
     assert "Seed spread" in section and "n/a" not in section.split("| test, rescoring, full context |")[1].split("\n")[0]
     for run in ("rel_xl", "wenet_rel"):
         assert (out / run / "eval" / "decode_wer_shift600.jsonl").is_file()
+        # Trained with the code frozen at the ablation's start, not the checkout's.
+        assert f"{out / 'code' / 'scripts' / 'train.py'} pos_enc={run}" in (out / run / "train.log").read_text()
+    assert (out / "code" / "FROZEN.json").is_file() and (out / "code" / "asr" / "model" / "encoder.py").is_file()
 
 
 def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
@@ -118,6 +121,7 @@ def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys
     assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps == ablate.DEFAULT_BUDGET_STEPS
     assert args.train_timeout_minutes == 2 * ablate.DEFAULT_BUDGET_MINUTES + 5
     assert ablate.parse_args(["--budget-minutes", "30"]).budget_steps is None
+    assert args.no_freeze is False and ablate.parse_args(["--no-freeze"]).no_freeze is True  # frozen by default
     assert args.schemes.split(",") == ["rel_xl", "wenet_rel", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope",
                                        "none"]
     assert args.scheme_seeds == {"rel_xl": 2, "wenet_rel": 2}  # the rel_shift comparison gets a seed spread
