@@ -62,7 +62,8 @@ DEFAULT_BUDGET_STEPS = 2250
 DEFAULT_BUDGET_MINUTES = 20.0
 DEFAULT_VAL_EVERY = 360
 # Ablation-wide training overrides placed before the user's (which win):
-# - a warmup of a tenth of the step budget (about the quickstart's share when it ran 3800 steps with 300 of warm-up, rounded up);
+# - a warmup of a tenth of the step budget (about the quickstart's share when it ran 3800 steps
+#   with 300 of warm-up, rounded up);
 # - validation on 4 dev batches (the same ones each time): learning-curve points for
 #   a few % of the budget. Checkpoints (last.ckpt, for resume and for the evaluation)
 #   are saved at each validation, so a time-budget stop evaluates the weights of the

@@ -33,7 +33,8 @@ a short throughput comparison (eager against compiled blocks, 30 batches). A ste
 budget no longer fits is recorded as not run. The device's image has torch, torchaudio,
 lightning and sentencepiece but not hydra, lhotse and a few more that this code imports:
 ``--fetch-wheels DIR`` downloads them here (the versions installed here, for the device's
-Python, 3.12), building the two that PyPI ships only as source. Then, on the device:
+Python, 3.12), building here any that PyPI ships only as source (antlr4-python3-runtime 4.9.3, which
+hydra 1.3 pins, is pure Python). Then, on the device:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
         PYTHONPATH=/tmp/site:. python3 scripts/gpu_check.py --lease --out $OUT/gpu_check
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--env", action="store_true", help="print versions and the GPU, and exit")
     parser.add_argument("--lease", action="store_true",
-                        help=f"the short plan for one command on a lent device ({LEASE_BUDGET_MINUTES:g}-minute budget)")
+                        help=f"the short plan for one command on a lent device "
+                             f"({LEASE_BUDGET_MINUTES:g}-minute budget)")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="stop starting steps when this much time is spent; a running step is cut at it "
                              f"(default: none; {LEASE_BUDGET_MINUTES:g} with --lease)")
@@ -211,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         folder.mkdir(parents=True, exist_ok=True)
         failed = [cmd[-1] for cmd in downloads if _fetch_one(cmd, folder) != 0]
-        print(f"[gpu_check] wheels in {folder}: {len(list(folder.glob('*.whl')))}; failed: {', '.join(failed) or 'none'}")
+        wheels = len(list(folder.glob("*.whl")))
+        print(f"[gpu_check] wheels in {folder}: {wheels}; failed: {', '.join(failed) or 'none'}")
         return 1 if failed else 0
     out = Path(args.out)
     budget_min = args.budget_minutes if args.budget_minutes is not None else (

@@ -7,7 +7,9 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from asr.bench.encoders import EncoderSize, benchmark, fwd_bwd, table
-from asr.bench.train_step import PHASES, build_synthetic, compare_steps, profile_steps, synthetic_batches, time_optimizers
+from asr.bench.train_step import (
+    PHASES, build_synthetic, compare_steps, profile_steps, synthetic_batches, time_optimizers,
+)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

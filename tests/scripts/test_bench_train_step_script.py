@@ -22,8 +22,8 @@ def test_synthetic_comparison_and_optimizer_table_print_their_tables(capsys):
                     "--threads", "1", *TINY])
     out = capsys.readouterr().out
     assert "synthetic batches of up to 8 s" in out
-    assert [line.split()[0] for line in out.splitlines() if line.split()[:1] in (["for-loop"], ["foreach"], ["fused"])] \
-        == ["for-loop", "foreach", "fused"]
+    rows = [line.split()[0] for line in out.splitlines() if line.split()[:1] in (["for-loop"], ["foreach"], ["fused"])]
+    assert rows == ["for-loop", "foreach", "fused"]
     assert "3 batches, 1 warm-up steps per variant, interleaved" in out
     assert any(line.startswith("eager") for line in out.splitlines())
 
