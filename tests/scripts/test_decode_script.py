@@ -254,3 +254,20 @@ def test_hotwords_option_biases_the_beam_modes_and_is_recorded(trained, tmp_path
     hot.write_text("charlie\n\u65e5\u672c\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="decode: hotword .* cannot spell"):
         decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_prefix_beam", "--hotwords", str(hot))
+
+
+def test_lead_in_probe_script_prints_a_row_per_level(trained, capsys):
+    corpus, ckpt = trained
+    spec = importlib.util.spec_from_file_location("probe_lead_in_script", ROOT / "scripts" / "probe_lead_in.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.main(["--checkpoint", str(ckpt), "--cuts", str(corpus / "cuts_test.jsonl.gz"), "--max-utts", "3",
+                       "--dbfs", "-70", "-50", "--seconds", "1", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("3 utterances of ") and "lead-in 1.28 s" in lines[0]  # 2 chunks of 0.64 s
+    assert lines[1].split() == ["lead-in", "fresh", "lead-in", "CMN", "restarted", "cache", "clear"]
+    for line, level in zip(lines[2:], ("-70", "-50")):
+        cells = line.split()
+        assert cells[:2] == [level, "dBFS"] and len(cells) == 6 and all(c.endswith("%") for c in cells[2:])
+    with pytest.raises(SystemExit):
+        probe.main(["--checkpoint", str(ckpt), "--chunk-size", "0"])
