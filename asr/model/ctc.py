@@ -58,7 +58,10 @@ def _ctc_nll_grad(
 
 @_ctc_nll_grad.register_fake
 def _(grad_nll, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank):
-    return torch.empty_like(log_probs)
+    # Contiguous (T', B, V), as the ATen kernel allocates it, whatever log_probs' layout: ctc_loss passes a
+    # transposed view, and empty_like would claim its strides. Inductor checks the real output against
+    # these strides (a mismatch failed the whole-model compile: tests/model/test_ctc_op.py).
+    return log_probs.new_empty(log_probs.shape)
 
 
 def _ctc_nll_backward(ctx, grad_nll, grad_log_alpha):
