@@ -34,20 +34,10 @@ from collections.abc import Sequence
 
 import torch
 
-from asr.ablation.translation import CHUNK, LEFT, shifted_log_probs
-from asr.decode import ctc_greedy
+from asr.ablation.translation import CHUNK, LEFT, greedy_result, shifted_log_probs
 from asr.decode.evaluate import ModeResult, Utterance
-from asr.decode.wer import ErrorCounter
 
 ROWS = ("fresh", "lead-in", "CMN restarted", "cache clear")
-
-
-def _score(model, tokenizer, utts: Sequence[Utterance], log_probs: list[torch.Tensor]) -> ModeResult:
-    counter = ErrorCounter()
-    for utt, lp in zip(utts, log_probs):
-        (hyp,) = ctc_greedy(lp[None], torch.tensor([lp.size(0)]), model.blank_id)
-        counter.add(utt.text, tokenizer.decode(hyp), key=utt.key, seconds=utt.seconds)
-    return ModeResult(counter.records, counter.summary())
 
 
 @torch.no_grad()
@@ -83,4 +73,4 @@ def lead_in_probe(model, tokenizer, utts: Sequence[Utterance], lead_in: torch.Te
     if not utts:
         raise ValueError("no utterances for the lead-in probe")
     rows = lead_in_log_probs(model, [u.feats for u in utts], lead_in, chunk_size, left_chunks)
-    return {row: _score(model, tokenizer, utts, rows[row]) for row in ROWS}
+    return {row: greedy_result(model, tokenizer, utts, rows[row]) for row in ROWS}

@@ -112,8 +112,16 @@ def translation_probe(
     period = FRAME_SHIFT_S * model.encoder.subsampling_rate
     start_time = round(offset_s / period)
     log_probs = shifted_log_probs(model, [u.feats for u in utts], start_time, lead_in, chunk_size, left_chunks)
+    result = greedy_result(model, tokenizer, utts, log_probs)
+    result.totals.update(offset_s=offset_s, start_time=start_time)
+    return result
+
+
+def greedy_result(model, tokenizer, utts: Sequence[Utterance], log_probs: Sequence[torch.Tensor]) -> ModeResult:
+    """CTC greedy hypotheses of per-utterance (T'_i, V) ``log_probs``, scored against ``utts``' references:
+    per-utterance records and totals, as ``asr.decode.evaluate`` gives for a decoding mode."""
     counter = ErrorCounter()
     for utt, lp in zip(utts, log_probs):
         (hyp,) = ctc_greedy(lp[None], torch.tensor([lp.size(0)]), model.blank_id)
         counter.add(utt.text, tokenizer.decode(hyp), key=utt.key, seconds=utt.seconds)
-    return ModeResult(counter.records, {**counter.summary(), "offset_s": offset_s, "start_time": start_time})
+    return ModeResult(counter.records, counter.summary())
