@@ -88,6 +88,13 @@ def _attention_commands(out: Path) -> tuple[tuple[str, ...], ...]:
     )
 
 
+def _throughput_command(variants: str, steps: int, warmup: int) -> tuple[str, ...]:
+    """bench_train_step.py on the GPU: the LibriSpeech-sized model, bf16, synthetic batches, ``variants`` interleaved."""
+    return (PY, "scripts/bench_train_step.py", "--compare", variants, "--synthetic", "5000", "--device", "cuda",
+            "--precision", "bf16", "--steps", str(steps), "--warmup", str(warmup),
+            "experiment=librispeech_u2pp", "trainer=gpu")
+
+
 def plan(out: Path, data_dir: str, throughput_steps: int) -> list[Step]:
     attention = _attention_commands(out)
     return [
@@ -100,9 +107,7 @@ def plan(out: Path, data_dir: str, throughput_steps: int) -> list[Step]:
              ((PY, "scripts/quickstart.py", "--data-dir", data_dir, "--run-dir", str(out / "quickstart"), "trainer=gpu"),),
              7200),
         Step("throughput", "LibriSpeech-sized model, eager vs compiled, bf16, synthetic batches",
-             ((PY, "scripts/bench_train_step.py", "--compare", "eager,blocks,model", "--synthetic", "5000",
-               "--device", "cuda", "--precision", "bf16", "--steps", str(throughput_steps), "--warmup", "20",
-               "experiment=librispeech_u2pp", "trainer=gpu"),), 3600),
+             (_throughput_command("eager,blocks,model", throughput_steps, 20),), 3600),
     ]
 
 
@@ -116,9 +121,7 @@ def lease_plan(out: Path) -> list[Step]:
                "tests/model", "tests/streaming", "tests/train"),), 210),
         Step("attention", "attention cores on the GPU, fp32 and bf16, ratios to flash SDPA", attention, 90),
         Step("throughput", "LibriSpeech-sized model, eager vs compiled blocks, bf16, 30 synthetic batches",
-             ((PY, "scripts/bench_train_step.py", "--compare", "eager,blocks", "--synthetic", "5000",
-               "--device", "cuda", "--precision", "bf16", "--steps", "30", "--warmup", "10",
-               "experiment=librispeech_u2pp", "trainer=gpu"),), 210),
+             (_throughput_command("eager,blocks", 30, 10),), 210),
     ]
 
 
