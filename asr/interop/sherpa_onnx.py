@@ -18,8 +18,10 @@ frontend hold, exactly:
     length                  (B,)       int64  W (unused: every chunk is whole)
     cache_last_channel      (B, L, M, 2D)     per block, the keys | values of the last M frames,
                                               left-padded: the last min(time, M) rows are real
-    cache_last_time         (B, 1, 1, L*D*K [+ F])  the conv caches, flattened, then (with
-                                              online CMN) the running sum of the frames so far
+    cache_last_time         (B, 1, 1, L*D*K [+ F [+ 2]])  the conv caches, flattened, then (with
+                                              online CMN) the running sum of the frames that counted,
+                                              and (with its speech gate) their count and the gate's
+                                              level (all zero at the start, as sherpa-onnx makes it)
     cache_last_channel_len  (B,)       int64  the stream's time: encoder frames emitted
 
 outputs: log_probs (B, C, V), log_probs_length (B,), then the three next states. Chunk i
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 from asr.data.features import SHERPA, FeatureConfig
+from asr.model.normalization import CmnState
 from asr.model.sinusoid import sinusoid_table
 
 INPUT_NAMES = ("audio_signal", "length", "cache_last_channel", "cache_last_time", "cache_last_channel_len")
@@ -75,6 +78,14 @@ class SherpaLayout:
     vocab_size: int  # V, blank included
     online_cmn_frames: float  # 0: off (no sums in the state)
     pos_enc: str
+    online_cmn_gate_db: float = 0.0  # > 0: the state also holds the gate's count and level
+
+    @property
+    def cmn_size(self) -> int:
+        """Floats of the online CMN's state: its sums (F), and with a speech gate its count and level."""
+        if self.online_cmn_frames <= 0:
+            return 0
+        return self.input_dim + (2 if self.online_cmn_gate_db > 0 else 0)
 
     @property
     def cache_frames(self) -> int:
@@ -90,7 +101,7 @@ class SherpaLayout:
 
     @property
     def time_dims(self) -> tuple[int, int, int]:
-        return (1, 1, self.conv_size + (self.input_dim if self.online_cmn_frames > 0 else 0))
+        return (1, 1, self.conv_size + self.cmn_size)
 
     def initial_state(self, batch_size: int = 1) -> list[np.ndarray]:
         """A new stream's state: zero caches, time 0 (what sherpa-onnx makes from the metadata)."""
@@ -173,6 +184,7 @@ class SherpaCtcStep(nn.Module):
             num_layers=len(encoder.blocks), num_heads=encoder.scheme.num_heads,
             conv_context=encoder.blocks[0].conv.kernel - 1, vocab_size=model.vocab_size,
             online_cmn_frames=encoder.online_cmn_frames, pos_enc=encoder.scheme.name,
+            online_cmn_gate_db=encoder.online_cmn_gate_db,
         )
 
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
@@ -182,19 +194,27 @@ class SherpaCtcStep(nn.Module):
         length = torch.full((batch_size,), lay.window, dtype=torch.long)
         return (feats, length, *(torch.from_numpy(t) for t in lay.initial_state(batch_size)))
 
-    def _online_cmn(self, feats: torch.Tensor, sums: torch.Tensor, time: torch.Tensor):
-        """Running-mean normalization of feats (B, W, F) after ``time * rate`` frames summing to sums (B, F);
-        returns the frames and the sums after the chunk's first S frames (what the next chunk follows).
-        The arithmetic of ``asr.model.normalization.OnlineCmn``, batched over streams of any age."""
-        lay = self.layout
-        mean = self.encoder.cmvn_mean.double()  # (F,)
-        prior = lay.online_cmn_frames
+    def _online_cmn(self, feats: torch.Tensor, saved: torch.Tensor, time: torch.Tensor):
+        """Running-mean normalization of feats (B, W, F) that follow the frames behind ``saved`` (B, F [+ 2]);
+        returns the frames and the saved state after the chunk's first S frames (what the next chunk follows).
+        ``asr.model.normalization.OnlineCmn``'s own arithmetic, batched over streams of any age: the saved
+        sums, then (with a speech gate) the count of frames that counted and the gate's level; without a
+        gate every frame counts, so the count is the stream's frame time."""
+        lay, norm = self.layout, self.encoder.online_cmn()
+        F = lay.input_dim
+        saved = saved.double()
+        if norm.gate is None:
+            count, level = (time * lay.subsampling).double(), torch.zeros_like(saved[:, 0])
+        else:
+            count, level = saved[:, F], saved[:, F + 1]
         x = feats.double()
-        running = x.cumsum(1) + sums.double()[:, None]  # (B, W, F)
-        seen = (time * lay.subsampling)[:, None] + torch.arange(1, lay.window + 1, device=feats.device)  # (B, W)
-        frame_mean = (prior * mean + running) / (prior + seen.double())[..., None]
-        out = (x - frame_mean + mean).to(feats.dtype)
-        return out, running[:, lay.shift - 1].to(sums.dtype)
+        frame_mean, after = norm.running(x, CmnState(saved[:, :F], count, level))  # (B, W, F), state per frame
+        out = (x - frame_mean + norm.global_mean).to(feats.dtype)
+        last = lay.shift - 1
+        kept = [after.sums[:, last]]
+        if norm.gate is not None:
+            kept += [after.count[:, last, None], after.level[:, last, None]]
+        return out, torch.cat(kept, dim=1).to(feats.dtype)
 
     def _embed_positions(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
         """The scheme's input term at each row's absolute times ``time[b] + [0, C)``. x: (B, C, D)."""
@@ -211,7 +231,7 @@ class SherpaCtcStep(nn.Module):
         Dh = D // H
         time = cache_last_channel_len  # (B,)
         feats = audio_signal.transpose(1, 2)  # (B, W, F)
-        flat = cache_last_time[:, 0, 0]  # (B, L*D*K [+ F])
+        flat = cache_last_time[:, 0, 0]  # (B, L*D*K [+ F [+ 2]])
         conv = flat[:, : lay.conv_size].reshape(B, lay.num_layers, D, lay.conv_context)
         if lay.online_cmn_frames > 0:
             feats, sums = self._online_cmn(feats, flat[:, lay.conv_size :], time)
@@ -235,7 +255,7 @@ class SherpaCtcStep(nn.Module):
             log_probs,
             torch.full_like(time, C),
             torch.stack(next_kv, dim=1),  # (B, L, M, 2D)
-            torch.cat(parts, dim=1)[:, None, None],  # (B, 1, 1, L*D*K [+ F])
+            torch.cat(parts, dim=1)[:, None, None],  # (B, 1, 1, L*D*K [+ F [+ 2]])
             time + C,
         )
 

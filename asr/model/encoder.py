@@ -25,7 +25,7 @@ from torch import nn
 
 from asr.model.conformer import ConformerBlock
 from asr.model.masks import ChunkMask, check_chunk_args, padding_mask
-from asr.model.normalization import OnlineCmn
+from asr.model.normalization import OnlineCmn, SpeechGate
 from asr.model.positions import build_position_scheme
 from asr.model.scorers.blocked import use_blocked
 from asr.model.subsampling import Conv2dSubsampling
@@ -55,6 +55,9 @@ class ConformerEncoder(nn.Module):
         xscale: multiply the subsampled frames by sqrt(D) (same for every scheme).
         online_cmn_frames: > 0: normalize each utterance by its running mean, the global mean
             counting as this many frames (see :class:`OnlineCmn`); 0: global CMVN alone.
+        online_cmn_gate_db: > 0: the running mean learns only from frames within this many dB of
+            the tracked speech level (:class:`SpeechGate`), so silence, hum and pauses do not move
+            it; 0: from every frame.
         conv_norm: the conv module's norm, ``layer_norm`` or ``none`` (see
             :class:`~asr.model.conformer.ConvModule`).
         conv_causal_pad: where a causal conv module's left context lives, ``depthwise``
@@ -77,6 +80,7 @@ class ConformerEncoder(nn.Module):
         dropout: float = 0.0,
         xscale: bool = True,
         online_cmn_frames: float = 0.0,
+        online_cmn_gate_db: float = 0.0,
         conv_norm: str = "layer_norm",
         conv_causal_pad: str = "depthwise",
         **scheme_options,
@@ -90,7 +94,10 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"dropout ({dropout}) must be in [0, 1).")
         if not online_cmn_frames >= 0:
             raise ValueError(f"online_cmn_frames ({online_cmn_frames}) must be >= 0 (0: off).")
+        if not online_cmn_gate_db >= 0:
+            raise ValueError(f"online_cmn_gate_db ({online_cmn_gate_db}) must be >= 0 (0: every frame counts).")
         self.online_cmn_frames = float(online_cmn_frames)
+        self.online_cmn_gate_db = float(online_cmn_gate_db)
         self.register_buffer("cmvn_mean", torch.zeros(input_dim))
         self.register_buffer("cmvn_istd", torch.ones(input_dim))
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
@@ -140,7 +147,8 @@ class ConformerEncoder(nn.Module):
         a streaming frontend applies ``online_cmn().stream()`` to its frames before ``stream_step``."""
         if self.online_cmn_frames == 0:
             return None
-        return OnlineCmn(self.cmvn_mean, self.online_cmn_frames)
+        gate = SpeechGate(margin_db=self.online_cmn_gate_db) if self.online_cmn_gate_db > 0 else None
+        return OnlineCmn(self.cmvn_mean, self.online_cmn_frames, gate)
 
     def _check_feats(self, feats: torch.Tensor) -> None:
         if feats.dim() != 3 or feats.size(2) != self.input_dim:
@@ -309,7 +317,7 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
     causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
-    xscale=True, online_cmn_frames=0.0, conv_norm="layer_norm", conv_causal_pad="depthwise")
+    xscale=True, online_cmn_frames=0.0, online_cmn_gate_db=0.0, conv_norm="layer_norm", conv_causal_pad="depthwise")
     or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """

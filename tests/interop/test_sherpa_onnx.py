@@ -45,13 +45,14 @@ def sherpa_installed() -> bool:
     return True
 
 
-def random_model(pos_enc="rel_xl", online_cmn_frames=10.0, seed=0, **scheme):
+def random_model(pos_enc="rel_xl", online_cmn_frames=10.0, seed=0, online_cmn_gate_db=0.0, **scheme):
     tok = load_tokenizer(write_char_units(["abc de fgh"], Path(f"/tmp/asr_test_tok_{seed}")))
     torch.manual_seed(seed)
     model = build_asr_model(
         vocab_size=tok.vocab_size, sos_eos_id=tok.sos_eos_id, blank_id=tok.blank_id,
         encoder_kwargs=dict(pos_enc=pos_enc, input_dim=80, d_model=32, num_heads=2, num_layers=2, ffn_dim=64,
-                            conv_kernel=3, causal=True, online_cmn_frames=online_cmn_frames, **scheme),
+                            conv_kernel=3, causal=True, online_cmn_frames=online_cmn_frames,
+                            online_cmn_gate_db=online_cmn_gate_db, **scheme),
         decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64).eval()
     feats = FbankExtractor(SHERPA)(noise(3.0, 1, 16000))
     model.encoder.set_cmvn(feats.mean(0), feats.std(0))
@@ -112,6 +113,24 @@ def test_streams_of_different_ages_in_one_batch_equal_each_alone(exported):
     assert np.abs(lp_b - np.concatenate([lp_0, lp_1])).max() < 1e-5
     for b, a0, a1 in zip(next_b, next_0, next_1):
         assert np.abs(b.astype(np.float64) - np.concatenate([a0, a1])).max() < 1e-5
+
+
+def test_graph_equals_eager_streaming_with_a_speech_gated_online_cmn(tmp_path):
+    """The gate's count and level ride in the state after the conv caches and the sums."""
+    model, tok = random_model(online_cmn_gate_db=20.0, seed=3)
+    export_sherpa_onnx(SherpaCtcStep(model, C, LEFT), tok, tmp_path)
+    runner = SherpaRunner(tmp_path / "model.onnx")
+    assert runner.layout.time_dims[2] == runner.layout.conv_size + 80 + 2
+    wave = noise(3.0, 7, 16000)
+    wave[:8000] *= 1e-3  # half a second 60 dB down, then speech-level noise, then a quiet pause
+    wave[24000:36000] *= 1e-3
+    feats = FbankExtractor(SHERPA)(wave)
+    norm = model.encoder.online_cmn()
+    _, state = norm.apply(feats[:200])
+    assert 0 < float(state.count) < 200  # the gate left the quiet frames out: the test exercises it
+    got = torch.from_numpy(runner.log_probs(feats.numpy()))
+    want = eager_log_probs(model, wave)[: got.size(0)]
+    assert (got - want).abs().max() < 1e-4
 
 
 def test_metadata_has_every_key_sherpa_onnx_reads(exported):

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from asr.model import build_encoder
-from asr.model.normalization import OnlineCmn
+from asr.model import normalization
+from asr.model.normalization import OnlineCmn, SpeechGate
 
 
 def reference(feats, mean, prior):
@@ -77,3 +78,80 @@ def test_bad_settings_are_refused():
                       online_cmn_frames=-1.0)
     off = build_encoder(pos_enc="rel_xl", input_dim=8, d_model=16, num_heads=2, num_layers=1, ffn_dim=16)
     assert off.online_cmn() is None
+
+
+def gated_reference(feats, mean, prior, gate):
+    """The speech-gated running mean frame by frame in float64, straight from SpeechGate's formula."""
+    mean = mean.double()
+    global_level = float(mean.mean())
+    level, total, count, out = global_level, torch.zeros_like(mean), 0.0, []
+    for frame in feats.double():
+        energy = float(frame.mean())
+        level = max(level - gate.decay, energy)
+        if energy >= level - gate.margin and energy >= global_level - gate.floor:
+            total, count = total + frame, count + 1
+        out.append(frame - (prior * mean + total) / (prior + count) + mean)
+    return torch.stack(out)
+
+
+def session_frames(g, bins=16, speech_level=10.0):
+    """Silence, speech, a pause, speech, at levels the gate must tell apart: (T, F)."""
+    speech = lambda n: speech_level + 2 * torch.randn(n, bins, generator=g)  # noqa: E731
+    quiet = lambda n: speech_level - 8 + 0.5 * torch.randn(n, bins, generator=g)  # noqa: E731  ~35 dB down
+    return torch.cat([quiet(150), speech(120), quiet(90), speech(80), torch.full((20, bins), -15.9)])
+
+
+@pytest.mark.parametrize("margin_db", [10.0, 20.0, 40.0])
+def test_gated_matches_the_float64_reference_and_streams_exactly(margin_db):
+    g = torch.Generator().manual_seed(int(margin_db))
+    mean = 10 + 0.5 * torch.randn(16, generator=g)
+    feats = session_frames(g)
+    gate = SpeechGate(margin_db=margin_db)
+    norm = OnlineCmn(mean, 50.0, gate)
+    whole = norm(feats)
+    assert torch.allclose(whole.double(), gated_reference(feats, mean, 50.0, gate), atol=1e-5)
+    stream = norm.stream()
+    cuts = [0, 1, 7, 150, 151, 300, 420, feats.size(0)]
+    streamed = torch.cat([stream.push(feats[a:b]) for a, b in zip(cuts, cuts[1:])])
+    assert torch.allclose(streamed, whole, atol=1e-6)
+    batch = torch.zeros(2, feats.size(0) + 5, 16)
+    batch[0, : feats.size(0)], batch[1, :100] = feats, feats[:100]
+    out = norm(batch)
+    assert torch.allclose(out[0, : feats.size(0)], whole, atol=1e-6)
+    assert torch.allclose(out[1, :100], whole[:100], atol=1e-6)
+
+
+def test_gate_leaves_speech_only_input_unchanged_and_ignores_silence():
+    g = torch.Generator().manual_seed(3)
+    mean = 10 + 0.5 * torch.randn(16, generator=g)
+    speech = 10 + 2 * torch.randn(300, 16, generator=g)
+    plain, gated = OnlineCmn(mean, 50.0), OnlineCmn(mean, 50.0, SpeechGate())
+    assert torch.equal(gated(speech), plain(speech))  # every speech frame counts: the same numbers
+    # the same speech after 2 s of a hum 35 dB down: ungated, the lead-in drags the mean; gated, it does not
+    hum = 10 - 8 + 0.2 * torch.randn(200, 16, generator=g)
+    after_plain = plain(torch.cat([hum, speech]))[200:]
+    after_gated = gated(torch.cat([hum, speech]))[200:]
+    assert (after_gated - gated(speech)).abs().max() < 1e-5
+    assert (after_plain - plain(speech)).abs().max() > 1.0
+    # digital silence (log of float eps) never counts, whatever the tracker did
+    zeros = torch.full((500, 16), -15.9)
+    assert torch.allclose(gated(torch.cat([zeros, speech]))[500:], gated(speech), atol=1e-5)
+
+
+def test_encoder_builds_the_gate_and_refuses_a_negative_margin():
+    kwargs = dict(pos_enc="rel_xl", input_dim=8, d_model=16, num_heads=2, num_layers=1, ffn_dim=16,
+                  online_cmn_frames=10.0)
+    assert build_encoder(**kwargs).online_cmn().gate is None
+    assert build_encoder(**kwargs, online_cmn_gate_db=25.0).online_cmn().gate == SpeechGate(margin_db=25.0)
+    with pytest.raises(ValueError, match="online_cmn_gate_db"):
+        build_encoder(**kwargs, online_cmn_gate_db=-1.0)
+    with pytest.raises(ValueError, match="margin_db"):
+        SpeechGate(margin_db=0.0)
+
+
+def test_running_max_traced_form_equals_cummax(monkeypatch):
+    values = torch.randn(3, 37, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    eager = normalization.running_max(values)
+    assert torch.equal(eager, torch.cummax(values, -1).values)
+    monkeypatch.setattr(normalization, "tracing", lambda: True)
+    assert torch.equal(normalization.running_max(values), eager)
