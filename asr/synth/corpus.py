@@ -26,6 +26,7 @@ from asr.data.audio import float_to_int16, resample_int16
 from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.synth.capture import TRAIN_RANGES, CaptureRanges, apply_capture, draw_capture
 from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
+from asr.synth.live import LiveRanges, apply_live, draw_live
 from asr.synth.espeak import EspeakSynthesizer
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import write_cuts
@@ -85,6 +86,9 @@ class SynthProfile:
     # evaluation split.
     capture: CaptureRanges | None = None
     capture_share: float = 0.0
+    # This share of the utterances gets a live microphone's surroundings (asr.synth.live): seconds
+    # of silence, hum, fan noise or DC before and after the speech, a background under it all.
+    live: LiveRanges | None = None
 
     def __post_init__(self):
         # One uniform picks the engine ([0, pico) Pico, [pico, pico + neural) neural, else eSpeak):
@@ -109,7 +113,7 @@ class SynthProfile:
         """eSpeak's output as it is: no wider voices, no conditions, no padding, no second engine."""
         return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
                 and self.pico_share == 0.0 and self.neural_share == 0.0 and self.espeak_formant_scale is None
-                and self.capture is None and self.passages is None)
+                and self.capture is None and self.passages is None and self.live is None)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -154,6 +158,8 @@ for _share in (0.3, 0.6):
 # neural_hibari and its capture30 with PASSAGE_SHARE of the train utterances read as passages (asr.synth.passages)
 for _base in ("neural_hibari", "neural_hibari_capture30"):
     PROFILES[f"{_base}_passages"] = dataclasses.replace(PROFILES[_base], passages=PassageRanges(share=PASSAGE_SHARE))
+# neural_hibari_capture30 with half of train made live: lead-ins, tails and backgrounds (asr.synth.live)
+PROFILES["neural_hibari_capture30_live"] = dataclasses.replace(PROFILES["neural_hibari_capture30"], live=LiveRanges())
 # What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
 # with the token LM its model reads the unseen eSpeak voices at 5.8% WER and flite at 54% (clean: ~100%),
 # for 8 more minutes of synthesis (README, issue 15). Its capture30 since 2026-11-25 (issue 38; quickstart
@@ -255,6 +261,16 @@ def _with_capture(audio: np.ndarray, rng, profile: SynthProfile) -> tuple[np.nda
     return float_to_int16(apply_capture(audio.astype(np.float32) / 32768.0, capture)), capture.describe()
 
 
+def _with_live(audio: np.ndarray, rng, ranges: LiveRanges) -> tuple[np.ndarray, str | None]:
+    """(n,) int16 -> (lead + n + tail,) int16 with a live background for ``ranges.share`` of the utterances,
+    and the setting described (None: untouched)."""
+    setting = draw_live(np.random.default_rng(rng.getrandbits(63)), ranges)
+    if setting is None:
+        return audio, None
+    lived = apply_live(audio.astype(np.float32) / 32768.0, setting, ranges.below_peak_db)
+    return float_to_int16(lived), setting.describe()
+
+
 def _pad_with_floor(audio: np.ndarray, rng, profile: SynthProfile, longest_s: float) -> np.ndarray:
     """(n,) int16 -> (lead + n + trail,) int16: silence at both ends, a noise floor under it all.
 
@@ -342,6 +358,9 @@ def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, te
     if profile.capture is not None:  # drawn last: every other profile's draws stay as they were
         audio, captured = _with_capture(audio, rng, profile)
         described = ",".join(d for d in (described, captured) if d) or None
+    if profile.live is not None:  # after the capture draw, for the same reason
+        audio, lived = _with_live(audio, rng, profile.live)
+        described = ",".join(d for d in (described, lived) if d) or None
     return text, voice, audio, described
 
 
