@@ -52,6 +52,7 @@ from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: 
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
+from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -270,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     if skipped:
         print(f"skipped cuts: {skipped}")
     print(f"best dev WER: {'n/a' if wer is None else f'{100 * wer:.2f}%'} after {train_summary['global_step']} steps")
+    for line in outcome_lines(read_outcome(train_summary),
+                              cap_hint="a longer --train-minutes with --retrain trains every step"):
+        print(f"training    : {line}")
     print(f"train time  : {train_summary['seconds'] / 60:.1f} min; total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)
 
