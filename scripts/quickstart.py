@@ -84,8 +84,8 @@ CORPUS_STAMP = "quickstart_corpus.json"
 
 
 def recipe_digest(conf_dir: Path = ROOT / "conf") -> str:
-    """sha256 of every Hydra config file (names and bytes): a changed recipe (the 2026-11-24 online
-    CMN, say) must not find its old finished run and decode that model as the new one."""
+    """sha256 of every Hydra config file (names and bytes): a changed recipe (another fbank preset,
+    say) must not find its old finished run and decode that model as the new one."""
     digest = hashlib.sha256()
     for path in sorted(conf_dir.rglob("*.yaml")):
         digest.update(str(path.relative_to(conf_dir)).encode() + b"\0" + path.read_bytes())
