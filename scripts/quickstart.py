@@ -30,7 +30,8 @@ Steps (each one reuses what earlier runs left):
     the "+ LM" rows what a user gets;
  5. stream one test utterance chunk by chunk with the LMs (scripts/stream.py --lm --word-lm);
  6. print a summary table: WER per mode (read from those summary.json files), where
-    checkpoints, logs and results are, time.
+    checkpoints, logs and results are, time; when --train-minutes ended training early, at
+    which of the planned steps and the last dev WERs (asr.train.outcome).
 """
 
 from __future__ import annotations
