@@ -51,19 +51,16 @@ from asr.ablation.step_timer import read_step_stats  # noqa: E402
 
 # The default budget is the same number of optimizer steps for every scheme, with a
 # wall-clock cap (Lightning max_time) as a guard on a slower machine. 2250 steps of the
-# quickstart recipe (60 s batches) with the cosine ending at the last step, chosen against
-# 1800 steps plus seeds at equal wall time (issue 33, README "Steps or seeds"): from 1800 to
-# 2250 steps the two seeds of `rel_xl` went from 50.90 / 40.52 to 35.58 / 32.83% test WER
-# and `wenet_rel`'s from 61.08 / 46.48 to 44.29 / 39.77, so at 1800 steps the seed, not the
-# scheme, decided most differences. A run of `rel_xl` or `wenet_rel` took about 13 min
-# (training and evaluation) on an idle 2-core host on 2026-11-26. The cap (1800 steps had
-# 16 min) only acts on a slower host, and the Steps column shows who was cut short.
+# quickstart recipe (60 s batches) with the cosine ending at the last step rather than
+# fewer steps and more seeds at equal wall time: at fewer steps the seed, not the scheme,
+# decides most differences (data/results/ablation.md, "Steps or seeds"). A run of `rel_xl`
+# takes about 13 min (training and evaluation) on an idle 2-core host; the cap only acts on a
+# slower host, and the Steps column shows who was cut short.
 DEFAULT_BUDGET_STEPS = 2250
 DEFAULT_BUDGET_MINUTES = 20.0
 DEFAULT_VAL_EVERY = 360
 # Ablation-wide training overrides placed before the user's (which win):
-# - a warmup of a tenth of the step budget (about the quickstart's share when it ran 3800 steps
-#   with 300 of warm-up, rounded up);
+# - a warmup of a tenth of the step budget (a little above the quickstart's share, 300 of 4560);
 # - validation on 4 dev batches (the same ones each time): learning-curve points for
 #   a few % of the budget. Checkpoints (last.ckpt, for resume and for the evaluation)
 #   are saved at each validation, so a time-budget stop evaluates the weights of the

@@ -57,9 +57,9 @@ from asr.model.scorers import blocked
 
 B, H, DH = 8, 4, 64
 BASELINE = "sdpa"
-# (scheme, max L) -> largest allowed time ratio; from the model-core issue.
+# (scheme, max L) -> largest allowed time ratio against SDPA: the explicit path's budget.
 TARGETS = {("rel_xl", 256): 2.1, ("rel_xl", 512): 3.0, ("shaw", 256): 1.8, ("shaw", 512): 2.6}
-# Goals of the blocked path (issue 39), printed after the table, not failed on: (row, L, kind) -> ratio.
+# Goals of the blocked path, printed after the table, not failed on: (row, L, kind) -> ratio.
 GOALS = {("rel_xl/blocked", 512, "time"): 2.2, ("shaw/blocked", 512, "time"): 2.2,
          ("rel_xl/blocked", 1024, "saved"): 1.5, ("shaw/blocked", 1024, "saved"): 1.5}
 BLOCKED_SUFFIX = "/blocked"

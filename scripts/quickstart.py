@@ -30,7 +30,8 @@ Steps (each one reuses what earlier runs left):
     the "+ LM" rows what a user gets;
  5. stream one test utterance chunk by chunk with the LMs (scripts/stream.py --lm --word-lm);
  6. print a summary table: WER per mode (read from those summary.json files), where
-    checkpoints, logs and results are, time.
+    checkpoints, logs and results are, time; when --train-minutes ended training early, at
+    which of the planned steps and the last dev WERs (asr.train.outcome).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: 
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
+from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -83,8 +85,8 @@ CORPUS_STAMP = "quickstart_corpus.json"
 
 
 def recipe_digest(conf_dir: Path = ROOT / "conf") -> str:
-    """sha256 of every Hydra config file (names and bytes): a changed recipe (the 2026-11-24 online
-    CMN, say) must not find its old finished run and decode that model as the new one."""
+    """sha256 of every Hydra config file (names and bytes): a changed recipe (another fbank preset,
+    say) must not find its old finished run and decode that model as the new one."""
     digest = hashlib.sha256()
     for path in sorted(conf_dir.rglob("*.yaml")):
         digest.update(str(path.relative_to(conf_dir)).encode() + b"\0" + path.read_bytes())
@@ -270,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     if skipped:
         print(f"skipped cuts: {skipped}")
     print(f"best dev WER: {'n/a' if wer is None else f'{100 * wer:.2f}%'} after {train_summary['global_step']} steps")
+    for line in outcome_lines(read_outcome(train_summary),
+                              cap_hint="a longer --train-minutes with --retrain trains every step"):
+        print(f"training    : {line}")
     print(f"train time  : {train_summary['seconds'] / 60:.1f} min; total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)
 

@@ -2,7 +2,7 @@
 
 * :func:`build_long_file`: the sentences of a split (manifest order, cycling when the split is
   shorter) joined by 0.3 s pauses into one file of at least N minutes, with its transcript as
-  a one-cut manifest: what a user with a podcast brings (the issue 39 test file).
+  a one-cut manifest: what a user with a podcast brings.
 * :func:`run_guarded`: a command in a subprocess whose resident memory is polled and which is
   killed past a limit (and given an address-space limit as a backstop), so a benchmark of a
   path that would take 24 GB cannot take the shared machine down; returns wall time, peak

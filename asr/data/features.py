@@ -83,7 +83,7 @@ class FeatureConfig:
             adds on average, as a constant, so deterministic. Digital silence (exact zeros: a muted
             microphone, padding) then gives the frames of a faint floor instead of
             log(float eps) = -15.9 against ~+15 for speech, which no training audio has and
-            which drags the CMVN and online-CMN means (issue 38). See :func:`noise_floor_log_mel`.
+            which drags the CMVN and online-CMN means. See :func:`noise_floor_log_mel`.
     """
 
     num_mel_bins: int = 80
@@ -195,10 +195,14 @@ LEGACY = FeatureConfig()
 # --format sherpa-onnx writes: NeMo's fbank through kaldi-native-fbank (librosa mel banks up to
 # Nyquist, periodic Hann window, no DC removal, centred frames) on samples in [-1, 1]. Not its
 # FeatureExtractorConfig defaults (Kaldi's, for Wenet models): found by probing its frontend
-# with a model that spells its input frames out as tokens (to 1e-4; issue 36 notes).
+# with a model that spells its input frames out as tokens (to 1e-4).
+# Why the quickstart trains on it: its model then decodes in sherpa-onnx exactly as here, at the
+# same WER as the Kaldi-style presets, and its log clamps each mel energy at float eps (about
+# -70 dBFS for these banks), so digital silence reads as a quiet room instead of log(eps)
+# (data/results/sherpa_onnx.md, capture.md).
 SHERPA = FeatureConfig(snip_edges=False, low_freq=0.0, high_freq=0.0, window_type="hann",
                        remove_dc_offset=False, sample_scale=1.0, mel_banks="librosa")
-# legacy with digital silence read as white noise at -90 dBFS (issue 38)
+# legacy with digital silence read as white noise at -90 dBFS
 FLOOR = FeatureConfig(noise_floor_dbfs=-90.0)
 PRESETS = {"legacy": LEGACY, "sherpa": SHERPA, "floor": FLOOR}  # conf/features/<name>.yaml
 

@@ -34,10 +34,9 @@ from asr.lm.fusion import Fusion
 
 NEG_INF = float("-inf")
 # Prefixes kept on their unbiased score beside the beam when a context graph biases it (None asks for this).
-# Chosen on biasing_dev (dev voices; quickstart model, beam 10, 120 utterances, score 4, LMs, rescored
-# with twice the bonus), WER / B-WER at N = 100, and dev WER with the 1000-word false-alarm list
-# (6.39 without a list): keep 0: 20.81 / 52.48, 12.67 (share 1 of the bonus); 10: 19.36 / 54.61, 7.16;
-# 20: 17.49 / 57.45, 5.95. The search then costs ~2x the unbiased one (README, Hotwords).
+# With a long list the provisional bonuses of phrase beginnings can fill the beam and prune what was said;
+# 20 unbiased rivals bring false alarms back to the unbiased WER on biasing_dev, for about twice the
+# search's CPU (data/results/hotwords_lm.md).
 DEFAULT_UNBIASED_KEEP = 20
 
 

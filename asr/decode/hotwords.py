@@ -26,14 +26,13 @@ from pathlib import Path
 from asr.decode.context_graph import ContextGraph, check_unbiased_keep
 from asr.decode.ctc_prefix_beam import unbiased_keep_for
 
-# Chosen on the biasing dev split (dev voices, never the test voices), N = 100, quickstart model, no LMs, first 50
-# utterances (rescored WER % / B-WER %): score 2: 33.41 / 70.18; 4: 32.70 / 52.63; 6: 36.73 / 50.88 (README).
+# Chosen on the biasing dev split (dev voices, never the test voices): the best rescored WER of scores
+# 2, 4 and 6 per token, with most of the rare-word gain (data/results/hotwords_lm.md).
 DEFAULT_HOTWORD_SCORE = 4.0
-# Share of the hotword bonus attention rescoring adds to its sentence scores (same runs, score 4):
-# 0: 34.12 / 59.65; 0.5 and 1: 32.70 / 52.63. With room for unbiased prefixes in the beam
-# (ctc_prefix_beam.DEFAULT_UNBIASED_KEEP) the n-best holds more unbiased rivals: biasing_dev, 120
-# utterances, keep 10, N = 100, with LMs (WER / B-WER): share 1: 21.53 / 68.79; 2: 19.36 / 54.61;
-# 3: 19.46 / 53.90 (no LMs: 35.20 / 61.70, 34.99 / 57.45, 34.99 / 57.45).
+# Share of the hotword bonus attention rescoring adds to its sentence scores: with room for unbiased
+# prefixes in the beam (ctc_prefix_beam.DEFAULT_UNBIASED_KEEP) the n-best holds more unbiased rivals,
+# and twice the kept bonus restores the rare-word gain that a share of 1 loses to them; 3 adds nothing
+# (biasing_dev, data/results/hotwords_lm.md).
 DEFAULT_RESCORE_WEIGHT = 2.0
 DEFAULT_MAX_PHRASES = 2000
 DEFAULT_MAX_PHRASE_CHARS = 100

@@ -15,8 +15,8 @@ the CTC output); the evaluation (``asr.decode.evaluate``) asks it for every batc
 * skips, counts and names in one line an utterance that fits neither (what to do instead:
   chunked decoding with bounded left context, whose memory does not grow with the length).
 
-The coefficients were checked against measured peak RSS of the quickstart model (note of
-issue 39: the estimate is 1.1-2x the measured growth, never below it).
+The coefficients are checked against the measured peak RSS of the quickstart model: the estimate
+is 1.1-2x the measured growth, never below it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from asr.lm.ngram import NgramLM, load_arpa, train_kneser_ney
 
-# Chosen on the eSpeak dev split (never on flite) with the quickstart's models; see the README.
+# Chosen on the eSpeak dev split (never on flite) with the quickstart's models (data/results/hotwords_lm.md).
 DEFAULT_LM_ORDER = 4
 DEFAULT_LM_WEIGHT = 0.7
 DEFAULT_LENGTH_BONUS = 3.0

@@ -35,7 +35,7 @@ from asr.lm.ngram import NgramLM, _text_lines, load_arpa, save_arpa, train_knese
 WORD_MARKER = "\u2581"  # "▁": starts a word in both tokenizers' pieces
 UNK_WORD = "<unk>"
 DEFAULT_WORD_LM_ORDER = 3
-# Chosen on the eSpeak dev split with the token LM at its defaults (README, "Decoding and streaming").
+# Chosen on the eSpeak dev split with the token LM at its defaults (data/results/hotwords_lm.md).
 DEFAULT_WORD_LM_WEIGHT = 0.3
 DEFAULT_WORD_BONUS = 1.0
 DEFAULT_OOV_PENALTY = 10.0

@@ -1,7 +1,7 @@
 """Capture paths: what a microphone, a browser or a network does to speech before a recognizer hears it.
 
 A model trained on synthesized audio delivered one way reads a browser's capture of
-the same sentences at ~70% WER (issue 38): the 48 kHz round trip, the gain control,
+the same sentences at ~70% WER: the 48 kHz round trip, the gain control,
 the noise suppressor. Each function here is one such path, a family of effects with
 its parameters drawn per utterance:
 
@@ -108,7 +108,7 @@ class CaptureRanges:
             raise ValueError("the telephone band must lie inside (0, 4000) Hz, low edge below high edge")
 
 
-# The evaluation split's paths: what a browser and a network do (issue 38).
+# The evaluation split's paths: what a browser and a network do.
 EVAL_RANGES = CaptureRanges()
 # The training side: the same families, other parameters (other rates, levels, noises,
 # companding law, codecs, clipping), so the evaluation split stays unseen.

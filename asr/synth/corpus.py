@@ -147,8 +147,8 @@ PROFILES = {
     # (Hibari is ~6x cheaper to run than Piper)
     "neural_major": SynthProfile(varied_voices=False, conditions=None, pico_share=0.1, neural_share=0.55,
                                  neural_hibari_weight=0.7, espeak_formant_scale=(0.85, 1.15)),
-    # neural with Hibari 80% of the neural share (eSpeak 50%, Pico 15%, Hibari 28%, Piper 7%): flite WER 76.9
-    # against neural's 81.1 for test 21.5 against 18.0, and 8.3 min of synthesis against 13.8
+    # neural with Hibari 80% of the neural share (eSpeak 50%, Pico 15%, Hibari 28%, Piper 7%): better on
+    # flite than neural, a little worse on test, and faster to build (data/results/corpus_profiles.md)
     "neural_hibari": dataclasses.replace(NEURAL_PROFILE, neural_hibari_weight=0.8),
 }
 # neural_hibari with a share of train through the capture paths (asr.synth.capture.TRAIN_RANGES)
@@ -161,10 +161,10 @@ for _base in ("neural_hibari", "neural_hibari_capture30"):
 # neural_hibari_capture30 with half of train made live: lead-ins, tails and backgrounds (asr.synth.live)
 PROFILES["neural_hibari_capture30_live"] = dataclasses.replace(PROFILES["neural_hibari_capture30"], live=LiveRanges())
 # What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
-# with the token LM its model reads the unseen eSpeak voices at 5.8% WER and flite at 54% (clean: ~100%),
-# for 8 more minutes of synthesis (README, issue 15). Its capture30 since 2026-11-25 (issue 38; quickstart
-# recipe, sherpa fbank, 3800 steps, same seed, rescoring with both LMs): the capture split 24.84 -> 9.23,
-# flite 32.11 -> 28.95, test 4.62 -> 4.62. SynthConfig itself keeps "clean", the cheap one.
+# a model of eSpeak alone hears eSpeak, not speech (~100% WER on flite), and the neural voices buy most
+# of another engine for a few minutes of synthesis; capture30, because training on capture paths cuts
+# the capture split's WER by more than half and costs the clean test split nothing with the LMs
+# (data/results/corpus_profiles.md, capture.md). SynthConfig itself keeps "clean", the cheap one.
 DEFAULT_PROFILE = "neural_hibari_capture30"
 
 

@@ -9,13 +9,11 @@ floor under it all) teaches that a pause is neither the end of the utterance nor
 
 The long edges are there for streams: a live stream (a microphone opened before its user
 speaks, the next utterance after an endpoint) reaches speech after seconds of silence that
-sit in the attention cache and the online CMN's running mean. Measured on the neural_hibari
-quickstart model (the default until 2026-11-25; single sentences with 0.05-0.6 s edges), C16/L4 greedy over 40 test
-utterances: 26.3% WER from a fresh stream, 36.5% after 0.64 s of -70 dBFS noise, 57.6%
-after 1.28 s, 79.0% after 2.56 s. Measured as a profile (``neural_hibari_capture30_passages``
-against the default, same recipe, 2026-11-25): at a share of 0.1 the model lost less to a
-silent lead-in but read worse everywhere, passages included (dev probes 59.97% against 50.96%,
-README "Long audio"), so no passage share is in the default.
+sit in the attention cache and the online CMN's running mean, and a model trained on single
+sentences with 0.05-0.6 s edges reads worse after each second of it (data/results/streaming.md).
+As a profile (``neural_hibari_capture30_passages`` against the default, same recipe) a share
+of 0.1 loses less to a silent lead-in but reads worse everywhere, passages included, at the
+quickstart's budget (data/results/long_audio.md), so no passage share is in the default.
 
 A profile turns passages on with its ``passages`` field (:class:`PassageRanges`,
 ``asr.synth.corpus.SynthProfile``). Whether train utterance ``index`` is a passage is drawn from

@@ -8,8 +8,8 @@ Scope (``compile.scope``):
   matters on a 2-core CPU where inductor takes minutes. The blocks take only tensors, so the
   per-batch chunk draw (ints) never reaches a graph: below the blocked attention's size the
   encoder hands them the dense (B, 1, T') full-context or (B, T', T') chunk mask, not its
-  ``ChunkMask`` (whose ints dynamo's guards specialized on: 14 graphs over a quickstart epoch
-  before, 11 after, none in a second epoch; README, "Compiled step"). Graphs still differ by
+  ``ChunkMask``, whose ints dynamo's guards would specialize on (the blocks compile 11 graphs over
+  a quickstart epoch, none in a second one; data/results/speed.md). Graphs still differ by
   mask layout, rel_xl's query-block case (T' within or beyond 64) and a batch below or above
   16 rows (a guard of PyTorch's conv1d).
 * ``model``: the whole ``AsrModel.forward`` (encoder, CTC, decoders, losses) is one graph;
@@ -23,9 +23,9 @@ rel_xl's block case). That holds under inductor only with its layout optimizatio
 layouts on for any graph with a convolution before it checks for symbolic shapes (its CUDA path
 checks first; torch 2.11, ``GraphLowering.decide_layout_opt``), and AOT autograd then re-strides
 the backward's saved activations with the forward's concrete strides. With it on, a conformer
-block's backward specialized on the frame count T' (a graph per T' up to ``recompile_limit``), and
-for ``abs_sin``, ``rope`` and ``none`` the graph of the second length was reused at the third and
-failed inductor's stride check (AssertionError; README, "Compiled step").
+block's backward specializes on the frame count T' (a graph per T' up to ``recompile_limit``), and
+for ``abs_sin``, ``rope`` and ``none`` the graph of the second length is reused at the third and
+fails inductor's stride check (AssertionError).
 ``asr.model.tracing`` lists what the model does differently while it is traced (plain ops for its
 in-place autograd Functions, no host reads); the traced model computes the same numbers
 (``tests/model/test_compiled.py``).

@@ -19,7 +19,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from omegaconf import DictConfig, OmegaConf
 
 from asr.data.cmvn import cmvn_features, load_cmvn
@@ -140,6 +140,15 @@ def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
     return None, None
 
 
+def time_cap(callbacks: list) -> tuple[float | None, bool]:
+    """(the ``max_time`` cap in seconds, or None without one; whether it ran out) from the Trainer's
+    callbacks, which hold a ``Timer`` when ``max_time`` is set."""
+    for cb in callbacks:
+        if isinstance(cb, Timer) and (remaining := cb.time_remaining()) is not None:
+            return remaining + cb.time_elapsed(), remaining <= 0
+    return None, False
+
+
 def _reasons(skipped: dict, noise: bool) -> str:
     """``reason=count`` pairs of the skip counts whose reason is (or is not) a ``noise_*`` one."""
     chosen = {k: v for k, v in sorted(skipped.items()) if k.startswith("noise_") == noise}
@@ -191,6 +200,8 @@ def train(cfg: DictConfig) -> dict:
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
     best_path, best_score = _best_checkpoint(trainer)
+    cap_s, cap_reached = time_cap(trainer.callbacks)
+    steps_left = trainer.max_steps < 0 or trainer.global_step < trainer.max_steps
     summary = {
         "out_dir": str(out_dir),
         "checkpoint_dir": str(out_dir / "checkpoints"),
@@ -198,6 +209,10 @@ def train(cfg: DictConfig) -> dict:
         "log_dirs": [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)],
         "best_val_wer": best_score if best_score is not None else module.best_val_wer,
         "global_step": int(trainer.global_step),
+        # What a driver needs to say whether the time cap cut the run short (asr.train.outcome).
+        "max_steps": int(trainer.max_steps),
+        "time_cap_s": cap_s,
+        "stopped_by_time_cap": bool(cap_reached and steps_left),
         "epochs": int(trainer.current_epoch),
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),

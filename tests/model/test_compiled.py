@@ -192,8 +192,8 @@ def test_chunk_draws_do_not_recompile_the_blocks():
     """The per-batch chunk draw reaches compiled blocks as a dense mask tensor, not as the ChunkMask's
     ints (which dynamo's guards specialize on): after one full-context and one chunked batch, other
     chunk sizes, left contexts (bounded or not), batch sizes and lengths compile nothing new.
-    (Before, bounded and unbounded left context were two graphs; at quickstart scale the ints
-    filled dynamo's recompile limit: README, "Compiled step".)"""
+    (With the ints, bounded and unbounded left context are two graphs, and at quickstart scale they
+    fill dynamo's recompile limit: asr/train/compile.py, data/results/speed.md.)"""
     graphs = [0]
 
     def counting_backend(gm, example_inputs):

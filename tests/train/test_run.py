@@ -37,6 +37,9 @@ def test_train_writes_checkpoints_logs_and_summary(trained):
     assert (out / "csv" / "metrics.csv").is_file()
     assert json.loads((out / "train_summary.json").read_text())["global_step"] == summary["global_step"]
     assert summary["nonfinite_skips"] == 0 and isinstance(summary["skipped_utterances"], dict)
+    # what asr.train.outcome needs: the step limit, and that the epochs, not a time cap, ended the run
+    assert summary["max_steps"] == cfg.trainer.max_steps and summary["global_step"] < summary["max_steps"]
+    assert summary["time_cap_s"] is None and summary["stopped_by_time_cap"] is False
 
 
 def test_load_model_rebuilds_without_hydra(trained, corpus):

@@ -47,9 +47,8 @@ Mask = Union[None, Tensor, ChunkMask]
 # elements. With gradients: 2^26 (256 MiB in fp32; the explicit path holds about three such
 # buffers at its peak in training); below it the explicit path is about as fast on CPU (it does
 # not recompute the logits in backward and runs fewer, larger kernels; scripts/bench_attention.py),
-# above it its memory is what matters. Without gradients (decoding) the blocked path is faster
-# from a few million logits on (one thread, B = 1, H = 4, Dh = 36: rel_xl 0.71x the explicit
-# time at 4M logits, 0.40x at 16M; shaw 1.16x at 4M, 0.80x at 16M, 0.60x at 36M): 2^23.
+# above it its memory is what matters. Without gradients (decoding) the blocked path is the
+# faster one from a few million logits on (data/results/attention.md): 2^23.
 BLOCKED_MIN_LOGITS = 1 << 26
 BLOCKED_MIN_LOGITS_NO_GRAD = 1 << 23
 _FORCED = False
@@ -64,9 +63,8 @@ class Blocking:
     (so a few thousand keys need no online rescaling), and as many query rows as fit, at most
     an eighth of the key block. Few, large steps matter on CPU: every step is a dozen kernels,
     and with two threads on a busy machine each kernel's barrier waits for a descheduled
-    thread (blocks of 64 x 512 ran 13x SDPA's time at L = 1024 where 256 x 1024 ran 4.6x,
-    load 10 on 2 cores); past a few MiB a step falls out of cache (one thread, L = 2048:
-    64 x 2048 ran 2.4x, 128 x 2048 2.85x). ``query_block`` and ``key_block`` fix the sizes
+    thread, so small blocks cost several times their flops; past a few MiB a step falls out of
+    cache (data/results/attention.md). ``query_block`` and ``key_block`` fix the sizes
     instead (tests use tiny ones).
     """
 
@@ -86,8 +84,7 @@ class Blocking:
         """(c, k) for ``rows`` = B*H query rows per block step, C queries, K keys."""
         kb = self.key_block or max(256, min(keys, self.pair_elements // (rows * 64)))
         # At most an eighth of the key block: rel_xl's window of c + k - 1 rows costs (c + k - 1) / k
-        # times the q k^T product (L = 1024, one thread: 128 x 1024 blocks ran 2.33x SDPA, 256 x 1024
-        # 2.61x; one 512 x 512 block 4.6x).
+        # times the q k^T product, so tall query blocks pay for it (data/results/attention.md).
         cb = self.query_block or max(16, min(queries, self.pair_elements // (rows * min(kb, keys)),
                                              max(64, min(kb, keys) // 8)))
         return cb, kb
