@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuts", required=True, help="Lhotse manifest of the utterances")
     parser.add_argument("--max-utts", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lead-seconds", type=float, default=0.0,
+                        help="zeros before each utterance on both sides (sherpa-onnx's command line puts 0.5 s: "
+                             "its --left-padding)")
     parser.add_argument("--json", type=Path, help="write the per-utterance texts and the summary here")
     args = parser.parse_args(argv)
 
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     waves = [audio.numpy() for _, _, audio in usable]
     try:
         result = compare(args.export_dir, model, tokenizer, FeatureConfig.from_dict(cfg.features), keys, waves,
-                         args.threads)
+                         args.threads, args.lead_seconds)
     except (OSError, RuntimeError, ValueError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -120,13 +120,17 @@ class Comparison:
 
 
 def compare(export_dir: str | Path, model, tokenizer, features, keys: list[str], waves: list[np.ndarray],
-            threads: int = 1) -> Comparison:
-    """Both decoders on the same audio (each wave plus the tail sherpa-onnx needs)."""
+            threads: int = 1, lead_s: float = 0.0) -> Comparison:
+    """Both decoders on the same audio: each wave after ``lead_s`` of zeros (what sherpa-onnx's own command line
+    puts first: ``--left-padding``, 0.5 s unless told) and before the tail sherpa-onnx needs."""
+    if lead_s < 0:
+        raise ValueError(f"lead_s ({lead_s}) must be >= 0.")
     from asr.interop.sherpa_onnx import SherpaRunner
 
     layout = SherpaRunner(Path(export_dir) / "model.onnx").layout
     tail = np.zeros(int(tail_seconds(layout) * SAMPLE_RATE), np.float32)
-    padded = [np.concatenate([np.asarray(w, np.float32), tail]) for w in waves]
+    lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
+    padded = [np.concatenate([lead, np.asarray(w, np.float32), tail]) for w in waves]
     ours = our_greedy_tokens(model, tokenizer, features, layout.chunk_size, layout.left_chunks, padded)
     sherpa = sherpa_tokens(export_dir, padded, threads)
     texts = [[normalize(tokenizer.decode(ids)) for ids in side] for side in (ours, sherpa)]

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from asr.data.features import SHERPA, FeatureConfig
+from asr.interop.sherpa_check import tail_seconds
 from asr.model.normalization import CmnState
 from asr.model.sinusoid import sinusoid_table
 
@@ -363,5 +364,8 @@ def run_commands(out_dir: str | Path, layout: SherpaLayout) -> list[str]:
     return [
         f"sherpa-onnx-online-websocket-server --port=6006 --nemo-ctc-model={model} --tokens={tokens} "
         f"--feat-dim={layout.input_dim} --model-type=nemo_ctc",
-        f"sherpa-onnx --nemo-ctc-model={model} --tokens={tokens} --feat-dim={layout.input_dim} some.wav",
+        # sherpa-onnx's command line pads each file with zeros: its default right padding (0.8 s) is
+        # shorter than the window and shift a chunk of this export needs after the last word.
+        f"sherpa-onnx --nemo-ctc-model={model} --tokens={tokens} --feat-dim={layout.input_dim} "
+        f"--left-padding=0 --right-padding={tail_seconds(layout):.2f} some.wav",
     ]

@@ -269,6 +269,31 @@ def test_a_model_sherpa_onnx_rejects_is_a_clear_error_not_a_dead_process(tmp_pat
         sherpa_tokens(tmp_path, [np.zeros(16000, np.float32)])
 
 
+@pytest.mark.skipif(shutil.which("sherpa-onnx") is None, reason="pip install sherpa-onnx (its command line)")
+def test_the_printed_file_command_runs_as_printed_and_reads_the_last_word(exported, tmp_path):
+    """export.py prints this command; sherpa-onnx's defaults (0.8 s of right padding) would cut the last chunk."""
+    import shlex
+
+    import soundfile as sf
+
+    from asr.interop.sherpa_check import our_greedy_tokens, read_tokens, symbols_to_ids
+    from asr.interop.sherpa_onnx import run_commands
+
+    model, tok, out = exported
+    layout = SherpaRunner(out / "model.onnx").layout
+    wave = noise(2.0, 11, 16000).numpy()
+    sf.write(tmp_path / "some.wav", wave, 16000, subtype="PCM_16")
+    command = shlex.split(run_commands(out, layout)[1])
+    assert "--left-padding=0" in command and any(a.startswith("--right-padding=") for a in command)
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = json.loads(next(line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("{")))
+    got = symbols_to_ids(printed["tokens"], read_tokens(out / "tokens.txt"))
+    pcm = sf.read(tmp_path / "some.wav", dtype="float32")[0]
+    padded = np.concatenate([pcm, np.zeros(int(tail_seconds(layout) * 16000), np.float32)])
+    assert got == our_greedy_tokens(model, tok, SHERPA, C, LEFT, [padded])[0]
+
+
 def test_normalize_compares_as_wer_scoring_does():
     assert normalize(" Abc<unk> de  ") == "abc de" and normalize("g<unk>f") == "gf"
 
