@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         server = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
              "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
-             "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
+             "--max-connections", str(max(args.counts)), "--max-connections-per-client", str(max(args.counts)),
+             "--no-endpoint", "--threads", str(args.threads),
              "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
              *lm_argv(args)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
