@@ -228,6 +228,10 @@ class AsrServer:
             if session.stream is not None:
                 self._sessions.pop(session.stream, None)
                 self.recognizer.remove_stream(session.stream)
+                # The session may outlive the connection in a reference cycle (the connection keeps the exception
+                # that closed it, whose traceback holds this frame) until a full garbage collection: without its
+                # stream it holds no hotword graph (a long list's is ~80 MB) and no audio.
+                session.stream = None
             self._connections -= 1
             self._per_client[client] -= 1
             if not self._per_client[client]:

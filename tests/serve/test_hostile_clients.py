@@ -195,3 +195,24 @@ def test_connections_without_a_list_never_compile_the_servers_list_again(model, 
         rec.compile_hotwords(["de" * (i + 1)])
     assert rec.create_stream().biasing is own and rec.compile_hotwords([]) is own
 
+
+
+def test_a_closed_connections_stream_is_freed_without_waiting_for_the_garbage_collector(model, tokenizer):
+    """Its hotword graph with it: lists of distinct clients would pile up between full collections."""
+    import gc
+    import weakref
+
+    async def scenario():
+        async with make_server(model, tokenizer) as server:
+            async with connect(uri(server)) as ws:
+                await ws.send('{"signal": "start", "hotwords": ["abc"]}')
+                await ws.recv()
+                stream = weakref.ref(server.recognizer.streams[0])
+            await wait_until(lambda: server._connections == 0)
+            return stream() is None
+
+    gc.disable()  # a cycle that holds the stream is collected only by a full collection
+    try:
+        assert run(scenario())
+    finally:
+        gc.enable()
