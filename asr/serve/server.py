@@ -249,9 +249,9 @@ class AsrServer:
             return self.recognizer.create_stream()
         job = self._compiler.submit(self.recognizer.create_stream, start.hotwords)
         budget = self.config.hotword_compile_s
-        try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), budget)
-        except asyncio.TimeoutError:
+        try:  # (at the budget wait_for cancels its waiter: a late result or error is dropped with it)
+            return await asyncio.wait_for(asyncio.wrap_future(job), budget)
+        except TimeoutError:
             if not job.cancel():  # running: its stream, once made, has no connection
                 job.add_done_callback(self._drop_late_stream)
             raise HotwordError(f"hotword list not compiled within {budget:g} s (the server's limit; other lists "
