@@ -31,6 +31,12 @@ Usage:
 --hotwords-per-client K: every N runs twice, without lists and then with each client sending its
 own K phrases (drawn from --hotword-pool, seeded by the client's index) in its start message;
 the offline reference decodes each client's utterance with the same list.
+
+--list-flood F: every N runs again while F other connections, one after another each, start with
+a list as long as the server allows by default (2000 phrases of 100 characters, letters the model
+spells, every list different, so none is a cache hit) and close at its first reply; a line then gives
+the reply gap (time between two replies of one real-time client) p95 and max with and without the flood,
+and how long the flooding connections waited for server_ready.
 """
 
 from __future__ import annotations
@@ -74,6 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hotwords-per-client", type=int, default=0,
                         help="also run every N with each client sending this many hotwords (default 0: no lists)")
     parser.add_argument("--hotword-pool", help="phrases to draw the clients' lists from, one a line")
+    parser.add_argument("--list-flood", type=int, default=0, metavar="F",
+                        help="also run every N beside F connections starting the longest lists (default 0: no)")
     from asr.lm import add_lm_arguments
 
     add_lm_arguments(parser)  # passed on to the server; the offline reference fuses the same LM
@@ -91,9 +99,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--backend sherpa-onnx and --sherpa-export go together")
     if args.hotwords_per_client < 0 or (args.hotwords_per_client > 0) != bool(args.hotword_pool):
         parser.error("--hotwords-per-client K (> 0) and --hotword-pool FILE go together")
-    if args.backend == "sherpa-onnx" and args.hotwords_per_client:
-        parser.error("--hotwords-per-client needs our server: sherpa-onnx's CTC server takes no per-connection "
-                     "hotwords")
+    if args.backend == "sherpa-onnx" and (args.hotwords_per_client or args.list_flood):
+        parser.error("--hotwords-per-client and --list-flood need our server: sherpa-onnx's CTC server takes no "
+                     "per-connection hotwords")
+    if args.list_flood < 0:
+        parser.error(f"--list-flood ({args.list_flood}) must be >= 0")
     args.counts = counts
     return args
 
@@ -178,6 +188,50 @@ def client_lists(pool: list[str], clients: int, size: int) -> list[list[str]]:
     return [random.Random(i).sample(pool, size) for i in range(clients)]
 
 
+def flood_starts(tokenizer, count: int, seed: int = 0) -> list[str]:
+    """``count`` start messages, each with its own list of the longest the server allows by default:
+    DEFAULT_MAX_PHRASES phrases of DEFAULT_MAX_PHRASE_CHARS characters in letters the tokenizer spells."""
+    import json
+    import string
+
+    from asr.decode.hotwords import DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES
+
+    letters = [c for c in string.ascii_lowercase if tokenizer.unk_id not in tokenizer.encode(c)]
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(20000)]
+
+    def phrase() -> str:
+        return " ".join(rng.choices(words, k=DEFAULT_MAX_PHRASE_CHARS // 4))[:DEFAULT_MAX_PHRASE_CHARS].strip()
+
+    return [json.dumps({"signal": "start", "hotwords": [phrase() for _ in range(DEFAULT_MAX_PHRASES)]})
+            for _ in range(count)]
+
+
+async def flood(uri: str, starts, done: asyncio.Event) -> list[tuple[str, float]]:
+    """Until ``done``: connect, send the next start message of ``starts`` (an iterator shared by the
+    flooders), wait for the first reply, close. (status, seconds to it) of every list sent."""
+    from websockets.asyncio.client import connect
+
+    from asr.serve.client import Reply
+
+    out = []
+    for start in starts:
+        if done.is_set():
+            break
+        async with connect(uri, max_size=None) as ws:
+            sent = time.perf_counter()
+            await ws.send(start)
+            reply = Reply.parse(await ws.recv())
+            out.append((reply.status, time.perf_counter() - sent))
+    return out
+
+
+def reply_gaps(session) -> list[float]:
+    """Seconds between consecutive partial and final results of one session."""
+    arrivals = [r.received_at for r in session.replies if r.type in ("partial_result", "final_result")]
+    return [b - a for a, b in zip(arrivals, arrivals[1:])]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
@@ -211,12 +265,20 @@ def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample
     return out
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_clients(uri: str, waves, n: int, args, lists=None):
+async def run_clients(uri: str, waves, n: int, args, lists=None, flood_with=None):
     from asr.data.features import SAMPLE_RATE
     from asr.interop.sherpa_server import stream_to_sherpa
     from asr.serve.client import stream_audio
@@ -236,8 +298,15 @@ async def run_clients(uri: str, waves, n: int, args, lists=None):
         return await send(uri, wave.numpy(), SAMPLE_RATE, piece_s=0.1, realtime=True, **extra)
 
     tasks = [client(w, o, lists[i] if lists else None) for i, (w, o) in enumerate(zip(chosen, offsets))]
-    sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
-    return chosen, sessions
+    done = asyncio.Event()
+    starts = iter(flood_with or ())
+    flooders = [asyncio.create_task(flood(uri, starts, done)) for _ in range(args.list_flood if flood_with else 0)]
+    try:
+        sessions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=args.max_seconds)
+    finally:
+        done.set()
+    flooded = [x for f in await asyncio.gather(*flooders) for x in f]
+    return chosen, sessions, flooded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         server = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts/serve.py"), "--checkpoint", args.checkpoint, "--port", "0",
              "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
-             "--max-connections", str(max(args.counts)), "--no-endpoint", "--threads", str(args.threads),
+             "--max-connections", str(max(args.counts) + args.list_flood),
+             "--max-connections-per-client", str(max(args.counts) + args.list_flood),
+             "--no-endpoint", "--threads", str(args.threads),
              "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
              *lm_argv(args)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -286,14 +357,18 @@ def main(argv: list[str] | None = None) -> int:
               "| CPU per stream (cores) | hotwords per client |")
         print("|---|---|---|---|---|---|---|")
         k = args.hotwords_per_client
+        # distinct lists, up to 40 per flooder and run (a list costs the server a fraction of a second or more)
+        flood_with = flood_starts(tokenizer, 40 * args.list_flood) if args.list_flood else None
         for n in args.counts:
-            for lists in ([None, client_lists(pool, n, k)] if k else [None]):
+            replies = {}  # flooded or not -> the real-time clients' reply latency and gaps
+            runs = [(None, None)] + ([(client_lists(pool, n, k), None)] if k else [])
+            for lists, flooding in runs + ([(None, flood_with)] if flood_with else []):
                 expected = ([reference[i % len(waves)] for i in range(n)] if lists is None else
                             offline_texts(args, [waves[i % len(waves)] for i in range(n)], model, tokenizer,
                                           features, lists))
                 cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
                 try:
-                    chosen, sessions = asyncio.run(run_clients(uri, waves, n, args, lists))
+                    chosen, sessions, flooded = asyncio.run(run_clients(uri, waves, n, args, lists, flooding))
                 except asyncio.TimeoutError:
                     print(f"| {n} | timed out after {args.max_seconds} s | | | | | {k if lists else 0} |", flush=True)
                     continue
@@ -302,6 +377,18 @@ def main(argv: list[str] | None = None) -> int:
                 per_stream = used / (sum(w.numel() for w in chosen) / SAMPLE_RATE)  # cores a real-time stream needs
                 lat = [x for w, s in zip(chosen, sessions)
                        for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
+                # latency catches replies held back and then sent in a burst (their gaps are short)
+                replies[flooding is not None] = ", ".join(
+                    f"{what} p95 {1000 * percentile(x, 95):.0f} ms (max {1000 * max(x, default=math.nan):.0f})"
+                    for what, x in (("latency", lat), ("gap", [g for s in sessions for g in reply_gaps(s)])))
+                if flooding is not None:
+                    waits = [t for _, t in flooded]
+                    print(f"list flood beside {n} real-time clients: {len(flooded)} lists of 2000 phrases x 100 "
+                          f"characters started by {args.list_flood} connections ({sum(st == 'ok' for st, _ in flooded)} "
+                          f"ready; first reply median {percentile(waits, 50):.2f} s, max {max(waits, default=math.nan):.2f} "
+                          f"s); real-time replies with it: {replies[True]}; without: {replies[False]}; server RSS "
+                          f"after it {rss_mib(server.pid):.0f} MiB", flush=True)
+                    continue
                 same = sum(final_text(s) == expected[i] for i, s in enumerate(sessions))
                 print(f"| {n} | {1000 * percentile(lat, 50):.0f} | {1000 * percentile(lat, 95):.0f} | {cores:.2f} | "
                       f"{same}/{n} | {per_stream:.4f} | {k if lists else 0} |", flush=True)

@@ -9,16 +9,14 @@ Usage:
     python scripts/client.py --fast a.wav        # send as fast as possible, not in real time
 
 Audio may have any sample rate and channel count (resampled to 16 kHz mono, sent as 16-bit PCM).
-A file that cannot be read or a server that cannot be reached prints a one-line error;
-the exit code is 1 if any file failed.
+A file that cannot be read or holds NaN or inf samples, a server that cannot be reached, or a
+server that refuses or drops the file prints a one-line error; the exit code is 1 if any file failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from pathlib import Path
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,39 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def print_reply(reply) -> None:
-    if reply.status != "ok":
-        print(f"  server error: {reply.message}", flush=True)
-    elif reply.type == "partial_result":
-        print(f"  partial: {reply.nbest[0]['sentence']}", flush=True)
-    elif reply.type == "final_result":
-        for rank, path in enumerate(reply.nbest, 1):
-            words = " ".join(f"{w['word']}[{w['start'] / 1000:.2f}-{w['end'] / 1000:.2f}]" for w in path["word_pieces"])
-            print(f"  final {rank}: {path['sentence']}\n    words: {words}", flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from asr.data.audio import AudioError, load_audio
-    from asr.data.features import SAMPLE_RATE
-    from asr.serve.client import stream_audio
+    from asr.serve.client import stream_files
 
-    failed = 0
-    for path in args.audio:
-        try:
-            wave = load_audio(path, target_sr=SAMPLE_RATE).numpy()
-        except AudioError as err:
-            print(f"error: {path}: {err}", file=sys.stderr, flush=True)
-            failed += 1
-            continue
-        print(f"== {Path(path).name} ({len(wave) / SAMPLE_RATE:.2f} s)", flush=True)
-        try:
-            asyncio.run(stream_audio(args.uri, wave, SAMPLE_RATE, piece_s=args.piece_ms / 1000,
-                                     realtime=not args.fast, nbest=args.nbest,
-                                     continuous_decoding=args.continuous, on_reply=print_reply))
-        except OSError as err:
-            print(f"error: cannot reach {args.uri}: {err}", file=sys.stderr, flush=True)
-            failed += 1
+    failed = stream_files(args.audio, args.uri, piece_s=args.piece_ms / 1000, realtime=not args.fast,
+                          nbest=args.nbest, continuous_decoding=args.continuous)
     return 1 if failed else 0
 
 

@@ -18,7 +18,14 @@ Usage:
 Clients add their own hotwords in the start message ({"signal": "start", "hotwords": ["anna",
 "new york:3"]}); they are merged with --hotwords for that connection only. A list over
 --max-hotwords phrases or with a phrase over --max-hotword-chars characters gets
-{"status": "failed"} naming the limit.
+{"status": "failed"} naming the limit. A connection's own list is compiled in a worker thread (one
+list at a time, other connections go on meanwhile); one not compiled within --hotword-compile-s
+seconds of its start message gets {"status": "failed"}.
+
+Hostile or lost clients: a connection that sends nothing for --idle-timeout-s seconds (no start
+signal, or no audio and no end signal after it) gets {"status": "failed"} naming the limit and
+is closed; one client address may hold --max-connections-per-client connections (behind a reverse
+proxy every client has the proxy's address: raise it to --max-connections there).
 
 --web serves a page (asr/serve/web: HTML and JavaScript in the package, nothing
 from elsewhere) on the same port: open http://127.0.0.1:10086/ in a browser, press
@@ -59,6 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=10086, help="TCP port (default 10086, as Wenet)")
     parser.add_argument("--max-connections", type=int, default=32, help="connections served at once (default 32)")
+    parser.add_argument("--max-connections-per-client", type=int, default=8,
+                        help="connections one client address may hold at once (default 8)")
+    parser.add_argument("--idle-timeout-s", type=float, default=20.0,
+                        help="close a connection that sends nothing for this long while the server waits for it "
+                             "(default 20)")
     parser.add_argument("--max-frame-kb", type=int, default=1024, help="largest WebSocket frame in KiB (default 1024)")
     parser.add_argument("--max-backlog-s", type=float, default=10.0,
                         help="seconds of undecoded audio a connection may queue (default 10)")
@@ -72,6 +84,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"phrases a client may send in its start message (default {DEFAULT_MAX_PHRASES})")
     parser.add_argument("--max-hotword-chars", type=int, default=DEFAULT_MAX_PHRASE_CHARS,
                         help=f"characters in one of them (default {DEFAULT_MAX_PHRASE_CHARS})")
+    parser.add_argument("--hotword-compile-s", type=float, default=10.0,
+                        help="seconds a client's own list may take to compile, its wait for the worker included "
+                             "(default 10)")
     parser.add_argument("--web", action="store_true",
                         help="also serve the microphone page over HTTP on the same port (http://HOST:PORT/)")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
@@ -83,8 +98,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.chunk_size <= 0:
         parser.error(f"--chunk-size ({args.chunk_size}) must be > 0")
-    if args.max_connections < 1 or args.threads < 1:
-        parser.error("--max-connections and --threads must be >= 1")
+    if args.max_connections < 1 or args.max_connections_per_client < 1 or args.threads < 1:
+        parser.error("--max-connections, --max-connections-per-client and --threads must be >= 1")
+    for flag, value in (("--idle-timeout-s", args.idle_timeout_s), ("--hotword-compile-s", args.hotword_compile_s)):
+        if not 0 < value < float("inf"):
+            parser.error(f"{flag} ({value}) must be a finite number > 0")
     if args.backend == "onnx" and not args.onnx_model:
         parser.error("--backend onnx needs --onnx-model PATH (write one with scripts/export.py)")
     if args.backend == "eager" and args.onnx_model:
@@ -120,7 +138,9 @@ def build_server(args: argparse.Namespace):
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,
-                          max_hotwords=args.max_hotwords, max_hotword_chars=args.max_hotword_chars, web=args.web)
+                          max_hotwords=args.max_hotwords, max_hotword_chars=args.max_hotword_chars, web=args.web,
+                          max_connections_per_client=args.max_connections_per_client,
+                          idle_timeout_s=args.idle_timeout_s, hotword_compile_s=args.hotword_compile_s)
     return AsrServer(recognizer, config)
 
 

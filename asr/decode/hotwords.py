@@ -5,9 +5,10 @@ A list entry is a phrase and, optionally, its own score per token; in a file, on
 text's normalization (:func:`phrase_normalizer`), then the model's tokenizer; its words join the
 word LM's lexicon (``Fusion.with_words``), so a hotword outside the lexicon pays no OOV penalty.
 
-:class:`HotwordCompiler` turns lists into :class:`Biasing` objects and keeps the last ones it built,
-keyed by content (the normalized phrases and their scores, in any order): a server whose clients
-send the same list compiles it once.
+:class:`HotwordCompiler` turns lists into :class:`Biasing` objects and keeps the ones it built last
+used, keyed by content (the normalized phrases and their scores, in any order): a server whose clients
+send the same list compiles it once. What it keeps is bounded in lists and in graph states together
+(a state costs about 400 bytes: a 2000-phrase list of 100-character phrases is about 200k states).
 
 Pure Python (the tokenizer aside), like the searches.
 """
@@ -36,6 +37,8 @@ DEFAULT_HOTWORD_SCORE = 4.0
 DEFAULT_RESCORE_WEIGHT = 2.0
 DEFAULT_MAX_PHRASES = 2000
 DEFAULT_MAX_PHRASE_CHARS = 100
+DEFAULT_CACHE_LISTS = 64
+DEFAULT_CACHE_STATES = 500_000  # about 200 MiB of graphs: two or three of the longest lists a client may send
 
 Entry = tuple[str, float | None]  # a phrase and its own score per token (None: the default)
 _SPECIAL_PIECE = re.compile(r"^<[^<>]+>$")
@@ -163,21 +166,33 @@ class HotwordCompiler:
         tokenizer: the ASR model's (``encode``, ``id_to_piece``, special ids).
         default_score: bonus per token of a phrase without its own score (> 0).
         cache_size: compiled lists kept (0: none).
+        cache_states: graph states (``ContextGraph.num_states``) of all the kept lists together; the least
+            recently used lists go first, and a list larger than this alone is not kept.
         unbiased_keep: set on every graph it compiles (``ContextGraph.unbiased_keep``; None: the search's default).
     """
 
-    def __init__(self, tokenizer, default_score: float = DEFAULT_HOTWORD_SCORE, cache_size: int = 64,
-                 unbiased_keep: int | None = None) -> None:
+    def __init__(self, tokenizer, default_score: float = DEFAULT_HOTWORD_SCORE, cache_size: int = DEFAULT_CACHE_LISTS,
+                 unbiased_keep: int | None = None, cache_states: int = DEFAULT_CACHE_STATES) -> None:
         if not (math.isfinite(default_score) and default_score > 0):
             raise ValueError(f"hotword score ({default_score}) must be a finite number > 0.")
+        if cache_size < 0 or cache_states < 0:
+            raise ValueError(f"cache_size ({cache_size}) and cache_states ({cache_states}) must be >= 0.")
         self.unbiased_keep = check_unbiased_keep(unbiased_keep, "hotword unbiased keep")
         self.tokenizer = tokenizer
         self.default_score = default_score
         self.cache_size = cache_size
+        self.cache_states = cache_states
         self._normalize = phrase_normalizer(tokenizer)
         self._cache: OrderedDict[tuple, Biasing] = OrderedDict()
-        self._lock = threading.Lock()  # server connections compile from the event loop, tests from threads
+        self._cached_states = 0  # graph states of the lists in _cache
+        self._lock = threading.Lock()  # a server compiles in a worker thread, tests from several threads
         self.hits = self.misses = 0
+
+    @property
+    def cached(self) -> tuple[int, int]:
+        """(lists, graph states) the cache holds now."""
+        with self._lock:
+            return len(self._cache), self._cached_states
 
     def _phrase(self, text: str, score: float | None) -> tuple[str, float]:
         if score is None:
@@ -217,10 +232,13 @@ class HotwordCompiler:
         biasing = Biasing(graph, key, frozenset(w for text, _ in key for w in text.split()))
         with self._lock:
             self.misses += 1
-            if self.cache_size > 0:
+            states = graph.num_states
+            if self.cache_size > 0 and states <= self.cache_states and key not in self._cache:
                 self._cache[key] = biasing
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                self._cached_states += states
+                while len(self._cache) > self.cache_size or self._cached_states > self.cache_states:
+                    _, evicted = self._cache.popitem(last=False)  # the least recently used
+                    self._cached_states -= evicted.graph.num_states
         return biasing
 
 

@@ -1,20 +1,22 @@
 """A Wenet-protocol WebSocket client: stream audio, collect the server's replies.
 
-Used by ``scripts/client.py``, ``scripts/bench_serve.py`` and the server tests.
+Used by ``scripts/client.py`` (:func:`stream_files`), ``scripts/bench_serve.py`` and the server tests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from asr.serve.protocol import float_to_pcm16
+from asr.serve.protocol import check_finite, float_to_pcm16
 
 
 @dataclass
@@ -51,6 +53,17 @@ class Session:
         """The best sentence of every final result, joined (continuous decoding gives several)."""
         return " ".join(r.nbest[0]["sentence"] for r in self.finals if r.nbest and r.nbest[0]["sentence"])
 
+    @property
+    def error(self) -> str | None:
+        """Why the server did not recognize the audio to its end: its ``failed`` reply, or a connection that
+        closed before ``speech_end``; None when it did."""
+        refusal = next((r for r in self.replies if r.status != "ok"), None)
+        if refusal is not None:
+            return f"server error: {refusal.message}"
+        if not any(r.type == "speech_end" for r in self.replies):
+            return f"the connection closed before the end of recognition (code {self.close_code})"
+        return None
+
 
 async def stream_audio(
     uri: str,
@@ -73,6 +86,7 @@ async def stream_audio(
     """
     if speed <= 0:
         raise ValueError(f"speed ({speed}) must be > 0.")
+    check_finite(samples)  # before connecting: no PCM value stands for NaN or inf
     session = Session()
     piece = max(1, int(piece_s * sample_rate))
     async with connect(uri, max_size=None) as ws:
@@ -107,3 +121,65 @@ async def stream_audio(
         await reader
         session.close_code = ws.close_code
     return session
+
+
+def print_reply(reply: Reply) -> None:
+    """One line per reply as ``scripts/client.py`` shows it (a final's words on a second line)."""
+    if reply.status != "ok":
+        print(f"  server error: {reply.message}", flush=True)
+    elif reply.type == "partial_result":
+        print(f"  partial: {reply.nbest[0]['sentence']}", flush=True)
+    elif reply.type == "final_result":
+        for rank, path in enumerate(reply.nbest, 1):
+            if not path["sentence"]:
+                print(f"  final {rank}: (nothing recognized)", flush=True)
+                continue
+            words = " ".join(f"{w['word']}[{w['start'] / 1000:.2f}-{w['end'] / 1000:.2f}]" for w in path["word_pieces"])
+            print(f"  final {rank}: {path['sentence']}\n    words: {words}", flush=True)
+
+
+def stream_files(paths: list[str], uri: str, piece_s: float = 0.1, realtime: bool = True, nbest: int = 1,
+                 continuous_decoding: bool = False) -> int:
+    """Stream each file to the server at ``uri`` and print what it says; returns how many files failed.
+
+    A file fails with a one-line error on stderr when it cannot be read, holds samples that are not
+    finite (NaN or inf: never sent), the server cannot be reached, or the server refuses or drops it.
+    """
+    from asr.data.audio import AudioError, load_audio
+    from asr.data.features import SAMPLE_RATE
+
+    failed = 0
+
+    def fail(path: str, message: str) -> None:
+        nonlocal failed
+        print(f"error: {path}: {message}", file=sys.stderr, flush=True)
+        failed += 1
+
+    for path in paths:
+        try:
+            wave = load_audio(path, target_sr=SAMPLE_RATE).numpy()
+        except AudioError as err:
+            fail(path, str(err))
+            continue
+        try:
+            check_finite(wave)
+        except ValueError as err:
+            fail(path, f"{err}; nothing sent")
+            continue
+        seconds = len(wave) / SAMPLE_RATE
+        print(f"== {Path(path).name} ({seconds:.2f} s)", flush=True)
+        try:
+            session = asyncio.run(stream_audio(uri, wave, SAMPLE_RATE, piece_s=piece_s, realtime=realtime,
+                                               nbest=nbest, continuous_decoding=continuous_decoding,
+                                               on_reply=print_reply))
+        except OSError as err:
+            fail(path, f"cannot reach {uri}: {err}")
+            continue
+        if session.error is not None:
+            fail(path, session.error)
+            continue
+        sent = session.sent_at[-1][0] if session.sent_at else 0.0
+        if sent < seconds:  # Wenet servers stop at the first endpoint unless asked for continuous decoding
+            print(f"  recognition ended at an endpoint after {sent:.2f} s of {seconds:.2f} s "
+                  f"(--continuous decodes the rest)", flush=True)
+    return failed

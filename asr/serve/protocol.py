@@ -102,8 +102,16 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
 
 
+def check_finite(samples: np.ndarray) -> None:
+    """ValueError saying how many of the samples are NaN or inf (no PCM value stands for them)."""
+    bad = int(np.count_nonzero(~np.isfinite(samples)))
+    if bad:
+        raise ValueError(f"{bad} of {np.size(samples)} samples are not finite numbers (NaN or inf)")
+
+
 def float_to_pcm16(samples: np.ndarray) -> bytes:
-    """(n,) float in [-1, 1] -> little-endian int16 PCM bytes (clipped)."""
+    """(n,) float in [-1, 1] -> little-endian int16 PCM bytes (clipped); ValueError for NaN or inf samples."""
+    check_finite(samples)
     return (np.clip(samples, -1.0, 32767 / 32768) * 32768.0).round().astype("<i2").tobytes()
 
 

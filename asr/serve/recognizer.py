@@ -329,8 +329,9 @@ class Recognizer:
         # Checked here, not only by the compiler: the compiler is made lazily, with the first list.
         self._hotword_unbiased_keep = check_unbiased_keep(hotword_unbiased_keep, "hotword_unbiased_keep")
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
-        if self.hotwords:
-            self.compile_hotwords([])  # a bad server-wide list fails now, not at the first connection
+        self._own_biasing: Biasing | None = None
+        if self.hotwords:  # a bad server-wide list fails now, not at the first connection
+            self._own_biasing = self.compile_hotwords([])
 
     @property
     def device(self) -> torch.device:
@@ -339,9 +340,14 @@ class Recognizer:
     def compile_hotwords(self, hotwords) -> Biasing | None:
         """The recognizer's list merged with ``hotwords``, compiled (cached by content); None when both are empty.
 
+        The recognizer's list alone is compiled once, with the recognizer, and kept outside the cache, so a
+        stream without a list of its own never compiles (however many other lists went through the cache).
         Raises ``asr.decode.hotwords.HotwordError`` for an entry that cannot be used.
         """
-        entries = self.hotwords + as_entries(hotwords or ())
+        own = as_entries(hotwords or ())
+        if not own and self._own_biasing is not None:
+            return self._own_biasing
+        entries = self.hotwords + own
         if not entries:
             return None
         if self._compiler is None:

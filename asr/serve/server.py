@@ -4,7 +4,10 @@ One asyncio event loop owns the connections; one decoding thread owns the
 :class:`~asr.serve.recognizer.Recognizer` and runs rounds (``decode()``: all
 streams with a whole chunk in one batched step) whenever audio arrives. Each
 connection has its own stream and a bounded reply queue drained by its own
-sender task, so a client that stops reading cannot stall the others.
+sender task, so a client that stops reading cannot stall the others. A start
+message's own hotword list is compiled in a worker thread (one list at a time,
+within ``hotword_compile_s`` of the request, waiting included), so a long list
+delays neither the other connections' ``server_ready`` nor their replies.
 
 Bad clients get a ``{"status": "failed", "message": ...}`` reply and a close
 (code 1008), or a clean close: malformed JSON, unknown signals, audio before
@@ -12,8 +15,10 @@ start, odd byte counts, audio arriving faster than it is decoded (backlog over
 ``max_backlog_s``: the per-connection memory bound), a reply queue that is not
 read, hotword lists over ``max_hotwords`` phrases or with a phrase over ``max_hotword_chars`` characters
 (or one the model cannot spell), frames over ``max_frame_bytes`` (closed by the WebSocket layer, code 1009),
-connections over ``max_connections`` (code 1013). A client that disconnects
-mid-utterance just has its stream removed.
+a hotword list not compiled within ``hotword_compile_s``, no message for ``idle_timeout_s``
+(before the start signal, or while the server waits for audio or the end signal), connections over
+``max_connections`` or over ``max_connections_per_client`` from one address (code 1013). A client
+that disconnects mid-utterance just has its stream removed.
 
 A client may declare the rate of its PCM in the URL (``ws://host:port/?sample_rate=16000``, as
 the page does); a rate other than the model's gets a ``failed`` reply and a close (1008)
@@ -29,7 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import math
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from websockets.asyncio.server import ServerConnection, serve
@@ -72,14 +79,20 @@ class ServerConfig:
     max_hotwords: int = DEFAULT_MAX_PHRASES  # phrases in one start message's hotword list
     max_hotword_chars: int = DEFAULT_MAX_PHRASE_CHARS  # characters in one of them
     web: bool = False  # also serve the microphone page (asr/serve/web) over HTTP on the same port
+    # No message for this long while the client has the turn (before start, or audio not yet ended): closed.
+    # A microphone client sends a piece every 100 ms, so a silent socket is not a user.
+    idle_timeout_s: float = 20.0
+    # Behind a reverse proxy every client has the proxy's address: raise this to max_connections there.
+    max_connections_per_client: int = 8
+    hotword_compile_s: float = 10.0  # a start message's own list compiled within this, its wait included
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1:
+        if (self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1
+                or self.max_connections_per_client < 1):
             raise ValueError(f"server limits must be positive: {self}.")
-        if self.close_timeout_s <= 0:
-            raise ValueError(f"close_timeout_s ({self.close_timeout_s}) must be > 0.")
-        if self.max_backlog_s <= 0:
-            raise ValueError(f"max_backlog_s ({self.max_backlog_s}) must be > 0.")
+        for name in ("close_timeout_s", "max_backlog_s", "idle_timeout_s", "hotword_compile_s"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be a finite number > 0.")
         HotwordLimits(self.max_hotwords, self.max_hotword_chars)  # validates them
 
 
@@ -121,12 +134,17 @@ class AsrServer:
         self.config = config or ServerConfig()
         self._sessions: dict[Stream, _Session] = {}
         self._connections = 0
+        self._per_client: Counter[str] = Counter()  # open connections per client address
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-decode")
+        # One list at a time: a flood of long lists costs one core's share, and lists past their budget
+        # that have not started are dropped unstarted.
+        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-hotwords")
         self._server = None
         self._decoder: asyncio.Task | None = None
         self.rejected_connections = 0
         self.unread_closed = 0  # connections closed because their reply queue was full (not read)
+        self.idle_closed = 0  # connections closed for sending nothing within idle_timeout_s
 
     @property
     def port(self) -> int:
@@ -146,6 +164,7 @@ class AsrServer:
         self._server.close()
         await self._server.wait_closed()
         self._decoder.cancel()
+        self._compiler.shutdown(wait=True, cancel_futures=True)
         self._executor.shutdown(wait=True)
 
     async def __aenter__(self) -> AsrServer:
@@ -160,9 +179,17 @@ class AsrServer:
     # ---- connections -----------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
-        if self._connections >= self.config.max_connections:
+        config = self.config
+        client = (ws.remote_address or ("?",))[0]
+        refusal = None
+        if self._connections >= config.max_connections:
+            refusal = f"server busy: {config.max_connections} connections already open"
+        elif self._per_client[client] >= config.max_connections_per_client:
+            refusal = (f"too many connections from {client}: {self._per_client[client]} already open "
+                       f"(limit {config.max_connections_per_client} per client address)")
+        if refusal:
             self.rejected_connections += 1
-            await ws.send(failed(f"server busy: {self.config.max_connections} connections already open"))
+            await ws.send(failed(refusal))
             await ws.close(CLOSE_BUSY, "too many connections")
             return
         wrong_rate = _declared_rate_error(ws.request.path, self.recognizer.sample_rate)
@@ -171,14 +198,25 @@ class AsrServer:
             await ws.close(CLOSE_POLICY, "unexpected sample rate")
             return
         self._connections += 1
-        session = _Session(ws, self.config.max_queued_replies)
+        self._per_client[client] += 1
+        session = _Session(ws, config.max_queued_replies)
         session.sender = asyncio.create_task(self._send_replies(session))
         try:
-            async for message in ws:
+            while True:
+                try:  # (a timeout scope, not wait_for's task: a message already queued is taken at once)
+                    async with asyncio.timeout(config.idle_timeout_s):
+                        message = await ws.recv()
+                except TimeoutError:
+                    if session.ended and not session.stopped:
+                        continue  # the server's turn: the client waits for its final result
+                    if not session.stopped:
+                        self.idle_closed += 1
+                        raise ProtocolError(self._idle_message(session)) from None
+                    break  # replies done but not taken: a client that neither reads nor closes
                 if session.stopped:
                     continue  # Wenet ignores audio after recognition stopped
                 if isinstance(message, str):
-                    self._on_text(session, message)
+                    await self._on_text(session, message)
                 else:
                     self._on_audio(session, message)
         except ProtocolError as err:
@@ -190,17 +228,47 @@ class AsrServer:
             if session.stream is not None:
                 self._sessions.pop(session.stream, None)
                 self.recognizer.remove_stream(session.stream)
+                # The session may outlive the connection in a reference cycle (the connection keeps the exception
+                # that closed it, whose traceback holds this frame) until a full garbage collection: without its
+                # stream it holds no hotword graph (a long list's is ~80 MB) and no audio.
+                session.stream = None
             self._connections -= 1
+            self._per_client[client] -= 1
+            if not self._per_client[client]:
+                del self._per_client[client]
 
-    def _on_text(self, session: _Session, message: str) -> None:
+    def _idle_message(self, session: _Session) -> str:
+        limit = f"{self.config.idle_timeout_s:g} s"
+        waited = "the start signal" if session.stream is None else "audio or the end signal"
+        return f"idle timeout: no message for {limit} (the server's limit) while waiting for {waited}; closing"
+
+    async def _open_stream(self, start: Start) -> Stream:
+        """A stream with the start signal's hotwords; a list of its own is compiled in the hotword worker."""
+        HotwordLimits(self.config.max_hotwords, self.config.max_hotword_chars).check(start.hotwords)
+        if not start.hotwords:  # the server's own list, if any, is compiled once, when the recognizer is made
+            return self.recognizer.create_stream()
+        job = self._compiler.submit(self.recognizer.create_stream, start.hotwords)
+        budget = self.config.hotword_compile_s
+        try:  # (at the budget wait_for cancels its waiter: a late result or error is dropped with it)
+            return await asyncio.wait_for(asyncio.wrap_future(job), budget)
+        except TimeoutError:
+            if not job.cancel():  # running: its stream, once made, has no connection
+                job.add_done_callback(self._drop_late_stream)
+            raise HotwordError(f"hotword list not compiled within {budget:g} s (the server's limit; other lists "
+                               f"may be ahead of it): send a shorter list, or retry later") from None
+
+    def _drop_late_stream(self, job: Future) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self.recognizer.remove_stream(job.result())
+
+    async def _on_text(self, session: _Session, message: str) -> None:
         signal = parse_text(message, self.config.max_nbest)
         if isinstance(signal, Start):
             if session.stream is not None:
                 raise ProtocolError("start signal received twice on one connection")
             session.nbest, session.continuous = signal.nbest, signal.continuous_decoding
             try:
-                HotwordLimits(self.config.max_hotwords, self.config.max_hotword_chars).check(signal.hotwords)
-                session.stream = self.recognizer.create_stream(hotwords=signal.hotwords)
+                session.stream = await self._open_stream(signal)
             except HotwordError as err:
                 raise ProtocolError(str(err)) from None
             self._sessions[session.stream] = session

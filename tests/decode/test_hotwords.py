@@ -92,6 +92,30 @@ def test_cache_is_keyed_by_content(char_tok):
     assert compiler.compile(["anna", "bob:3"]).phrases != first.phrases
 
 
+def test_cache_evicts_the_least_recently_used_list_not_the_oldest(char_tok):
+    compiler = HotwordCompiler(char_tok, cache_size=2)
+    anna, bob = compiler.compile(["anna"]), compiler.compile(["bob"])
+    assert compiler.compile(["anna"]) is anna  # used again: now bob is the least recently used
+    compiler.compile(["carl"])
+    assert compiler.compile(["anna"]) is anna  # kept, though inserted first
+    assert compiler.compile(["bob"]) is not bob  # evicted
+    assert (compiler.hits, compiler.misses) == (2, 4)
+
+
+def test_cache_is_bounded_in_graph_states(char_tok):
+    lists = [[word * 3] for word in ("ab", "cd", "ef", "gh")]  # 7 states each (root + 6 letters)
+    compiler = HotwordCompiler(char_tok, cache_states=20)
+    first = compiler.compile(lists[0])
+    assert compiler.cached == (1, first.graph.num_states) == (1, 7)
+    for words in lists[1:]:
+        compiler.compile(words)
+    assert compiler.cached == (2, 14)  # 21 > 20 states: the least recently used went, however few lists
+    assert compiler.compile(lists[0]) is not first
+    assert compiler.compile(["abcdefgh" * 3]) is not None and compiler.cached[1] <= 20  # 25 states: never kept
+    with pytest.raises(ValueError, match="cache_states"):
+        HotwordCompiler(char_tok, cache_states=-1)
+
+
 def test_unbiased_keep_travels_with_the_compiled_graph(char_tok):
     """The compiler's setting lands on every graph (and so on every search it reaches); the default
     is the search's; a negative one is refused; the flag reaches biasing_from_args."""

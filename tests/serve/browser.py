@@ -125,10 +125,12 @@ def read_page(page, frames: list[str], screenshot: bool = False) -> PageRun:
 
 
 def speak_into_page(wav: Path, url: str, audio_s: float, tail_s: float = 1.5, timeout_s: float = 60.0,
-                    setup=None, screenshot: bool = False) -> PageRun:
+                    setup=None, screenshot: bool = False, until=None) -> PageRun:
     """Open the page, press Start, let ``wav`` play (``audio_s`` + ``tail_s``), press Stop, wait for the end.
 
-    ``setup(page)`` runs before Start (e.g. to tick the browser-processing boxes).
+    ``setup(page)`` runs before Start (e.g. to tick the browser-processing boxes). ``until()``, when given,
+    must also hold before Stop (polled for up to ``timeout_s``): on a loaded machine Chromium's fake capture
+    device runs behind the wall clock, so "the file has played" is a measured condition, not a sleep.
     """
     with browser(wav) as instance:
         page, frames = open_page(instance, url)
@@ -138,6 +140,9 @@ def speak_into_page(wav: Path, url: str, audio_s: float, tail_s: float = 1.5, ti
         page.wait_for_function(f"['listening', 'error'].includes({STATE_JS})", timeout=timeout_s * 1000)
         if page.evaluate(STATE_JS) == "listening":
             time.sleep(audio_s + tail_s)
+            deadline = time.monotonic() + timeout_s
+            while until is not None and not until() and time.monotonic() < deadline:
+                time.sleep(0.1)
             page.click("#stop")
         page.wait_for_function(f"['done', 'error'].includes({STATE_JS})", timeout=timeout_s * 1000)
         return read_page(page, frames, screenshot)

@@ -1,6 +1,7 @@
 """scripts/bench_serve.py end to end on loopback: one real-time client of a tiny model (a smoke run, not a timing)."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +86,29 @@ def test_bench_serve_runs_each_client_count_without_and_with_per_client_lists(tm
     assert [(r[1].strip(), r[5].strip(), r[7].strip()) for r in rows] == [("2", "2/2", "0"), ("2", "2/2", "3")]
     with pytest.raises(SystemExit):
         bench.parse_args(["--checkpoint", "x.ckpt", "--hotwords-per-client", "3", "a.wav"])
+
+
+def test_bench_serve_list_flood_reports_reply_gaps_with_and_without_it(tmp_path, capsys):
+    ckpt = save_checkpoint(tmp_path)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, (noise(2.0, 5, SAMPLE_RATE).numpy() * 32767).astype(np.int16), SAMPLE_RATE)
+    bench = load_bench()
+    from asr.train.checkpoint import load_model
+
+    _, tokenizer, _ = load_model(str(ckpt))
+    starts = bench.flood_starts(tokenizer, 2)
+    import json
+
+    lists = [json.loads(s)["hotwords"] for s in starts]
+    assert [len(x) for x in lists] == [2000, 2000] and lists[0] != lists[1]
+    assert max(len(p) for p in lists[0]) == 100 and all(set(p) <= set("abcdefgh ") for p in lists[0])
+    rc = bench.main(["--checkpoint", str(ckpt), "--clients", "1", "--chunk-size", "4", "--left-chunks", "2",
+                     "--beam", "2", "--max-seconds", "60", "--list-flood", "1", str(wav)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("list flood beside 1 real-time clients: "))
+    started, ready = re.search(r": (\d+) lists of 2000 phrases x 100 characters started by 1 connections \((\d+) ready",
+                               line).groups()
+    assert int(started) >= 1 and ready == started, line
+    replies = r"latency p95 \d+ ms \(max \d+\), gap p95 \d+ ms \(max \d+\)"
+    assert re.search(f"real-time replies with it: {replies}; without: {replies}; server RSS", line), line

@@ -32,12 +32,17 @@ def test_client_talks_to_server(tmp_path):
              str(tmp_path / "missing.wav")],
             capture_output=True, text=True, env=ENV, timeout=120,
         )
+        refused = subprocess.run(  # a rate the server does not decode: it answers failed
+            [sys.executable, str(ROOT / "scripts/client.py"), "--uri", uri + "/?sample_rate=8000", "--fast", str(wav)],
+            capture_output=True, text=True, env=ENV, timeout=120,
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)
     assert client.returncode == 1  # the missing file
     assert "missing.wav" in client.stderr
     assert "== a.wav (1.50 s)" in client.stdout and "final 1:" in client.stdout and "words:" in client.stdout
+    assert refused.returncode == 1 and "server error: sample_rate 8000" in refused.stderr
 
 
 def test_client_reports_an_unreachable_server(tmp_path):
