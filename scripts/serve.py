@@ -100,8 +100,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.chunk_size <= 0:
         parser.error(f"--chunk-size ({args.chunk_size}) must be > 0")
-    if not args.endpoint_silence > 0:
-        parser.error(f"--endpoint-silence ({args.endpoint_silence}) must be > 0")
     if args.max_connections < 1 or args.threads < 1:
         parser.error("--max-connections and --threads must be >= 1")
     if args.backend == "onnx" and not args.onnx_model:

@@ -398,7 +398,7 @@ class Recognizer:
         beam: CTC prefix beam width and n-best size for rescoring.
         ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
         fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
-        endpoint: endpoint rules (on by default).
+        endpoint: endpoint rules (on by default) and what restarts at an endpoint (``EndpointConfig.reset``).
         features: the model's fbank options (``asr.data.features.FeatureConfig``, from its checkpoint;
             None: ``asr.data.features.LEGACY``).
         max_batch: most streams in one batched step.
