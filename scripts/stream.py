@@ -7,10 +7,10 @@ decoder), the real-time factor and the compute latency per piece.
 
 Usage:
     python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
+    python scripts/stream.py --checkpoint last.ckpt --vad silero a.wav   # only speech reaches the encoder
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
     python scripts/stream.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz a.wav   # + token LM
     python scripts/stream.py --checkpoint last.ckpt --hotwords names.txt --hotword-score 2 a.wav   # + hotwords
-    python scripts/stream.py --checkpoint last.ckpt --vad silero a.wav   # only speech reaches the encoder
 
 Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
