@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE, FbankExtractor
+from asr.serve.encoders import OnnxChunkEncoder
 from asr.serve.endpoint import EndpointConfig
+from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
 from asr.serve.recognizer import Recognizer
 from tests.serve.helpers import noise
 
@@ -38,20 +40,25 @@ class ScriptedCtc:
     def __call__(self, out: torch.Tensor) -> torch.Tensor:
         # The chunk's first frame: a whole chunk's new state replaces the stream's after this call; the
         # last partial chunk's flush has already moved the state's clock past its frames.
-        first = self.stream._encoder_frame() - (out.size(1) if self.stream._state.finished else 0)
+        flushed = getattr(self.stream._state, "finished", False)  # an ONNX state is never flushed in place
+        first = self.stream._encoder_frame() - (out.size(1) if flushed else 0)
         lp = torch.full((1, out.size(1), self.vocab), -8.0)
         for i in range(out.size(1)):
             lp[0, i, self.token(first + i)] = -0.01
         return lp
 
 
-def scripted(model, tokenizer, speech, reset, online_cmn=0.0):
+def scripted(model, tokenizer, speech, reset, online_cmn=0.0, onnx_path=None):
     clone = copy.deepcopy(model)
     clone.decoder = None  # finals are the CTC best path: the test reads its words
     clone.encoder.online_cmn_frames = online_cmn
     head = ScriptedCtc(speech, model.ctc_proj.out_features)
     clone.ctc_log_probs = head
-    rec = Recognizer(clone, tokenizer, chunk_size=C, left_chunks=LEFT, beam=2, endpoint=EndpointConfig(reset=reset))
+    chunk_encoder = None
+    if onnx_path is not None:
+        chunk_encoder = OnnxChunkEncoder(OnnxEncoderStep(onnx_path), clone.encoder, C, LEFT)
+    rec = Recognizer(clone, tokenizer, chunk_size=C, left_chunks=LEFT, beam=2, endpoint=EndpointConfig(reset=reset),
+                     chunk_encoder=chunk_encoder)
     stream = rec.create_stream()
     head.stream = stream
     return rec, stream
@@ -184,3 +191,18 @@ def test_an_endpoint_in_the_last_partial_chunk_still_gives_both_sentences(model,
     finals = run(rec, stream, noise(samples_for(model, 55) / SAMPLE_RATE, 4, SAMPLE_RATE))
     assert [f.text for f in finals] == ["ab" * 12 + "a", "a"]
     assert finals[1].words[0].start == pytest.approx(54 * rec.frame_s)
+
+
+@pytest.mark.slow  # the export alone takes 10-20 s
+def test_the_onnx_backend_restarts_and_carries_over_as_the_eager_one(model, tokenizer, tmp_path):
+    pytest.importorskip("onnxscript", reason="pip install -e '.[export]'")
+    onnx_path = export_onnx(EncoderStep(model.encoder, C, LEFT), tmp_path / "step.onnx")
+    wave = noise(4.4, 3, SAMPLE_RATE)
+    for reset in ("none", "both"):
+        runs = []
+        for path in (None, onnx_path):
+            rec, stream = scripted(model, tokenizer, SPEECH, reset, online_cmn=20.0, onnx_path=path)
+            runs.append(utterances(rec, stream, wave)[0])
+        eager, onnx = runs
+        assert len(eager) == len(onnx) >= 2
+        assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(eager, onnx))
