@@ -189,7 +189,8 @@ def test_single_stream_api_drops_leading_silence(model, tokenizer, sentence):
             rec.accept_waveform(audio[i : i + 3200])
         results.append((rec.finalize(), rec.encoder_output()))
     (text, enc), (text2, enc2) = results
-    assert text == text2 and torch.equal(enc, enc2)
+    # The same frames; the feed's pieces fall differently on them, so chunks may be batched differently.
+    assert text == text2 and enc.shape == enc2.shape and torch.allclose(enc, enc2, atol=1e-5)
     # Fewer frames than the sentence and its silences would give: the lead-in did not reach the encoder.
     whole = FbankExtractor().num_frames(64 * W + sentence.numel() + SAMPLE_RATE)
     assert enc.size(1) < model.encoder.output_length(whole) - 40
