@@ -49,13 +49,11 @@ class VadConfig:
     min_silence_s: non-speech this long ends a segment (> 0).
     pad_s: audio kept before the onset.
 
-    The defaults come from the live bench's dev sessions (5 sentences, pauses 0.3-3 s, seven
-    backgrounds from exact zeros to room tone, fan noise and a DC offset): with min_speech_s 0.25
-    a soft onset that dipped before the run was long enough lost up to 0.32 % of the speech
-    (segments starting up to 0.29 s after the speech), with 0.1 none on any background; min_silence_s
-    0.3 joined 1 of 48 sentence pauses into one segment (0.5: 6-7, 0.8: 10) and split no more
-    sentences (0-2 of 60 at each). Synthetic speech has no hesitations: for people who pause
-    mid-sentence a longer min_silence_s keeps sentences whole.
+    Why these defaults: a short min_speech_s lets a soft onset open its segment before a dip in it
+    restarts the count, so on the live bench's dev sessions no speech is dropped on any background;
+    0.3 s of silence ends a segment at nearly every pause between sentences without cutting the
+    sentences themselves. Synthetic speech has no hesitations: for speakers who pause mid-sentence a
+    longer min_silence_s keeps sentences whole.
     """
 
     threshold: float = 0.5
