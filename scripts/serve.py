@@ -14,6 +14,7 @@ Usage:
     python scripts/serve.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz   # + the token LM
     python scripts/serve.py --checkpoint last.ckpt --hotwords names.txt   # every connection biased towards them
     python scripts/serve.py --checkpoint last.ckpt --web   # + the microphone page at http://127.0.0.1:10086/
+    python scripts/serve.py --checkpoint last.ckpt --vad silero --endpoint-reset both   # live microphones
 
 Clients add their own hotwords in the start message ({"signal": "start", "hotwords": ["anna",
 "new york:3"]}); they are merged with --hotwords for that connection only. A list over
@@ -31,6 +32,13 @@ proxy every client has the proxy's address: raise it to --max-connections there)
 from elsewhere) on the same port: open http://127.0.0.1:10086/ in a browser, press
 Start, speak. It captures the microphone with an AudioWorklet, resamples to 16 kHz,
 and speaks the same protocol as any other client.
+
+--vad silero puts Silero VAD (its ONNX model from the silero-vad wheel) in front of every
+stream: non-speech never reaches the encoder (a silent connection costs almost nothing), and
+the end of each speech segment (--vad-min-silence of non-speech) is an endpoint.
+--endpoint-reset says what restarts at an endpoint besides the decoder: the encoder's cache,
+the online CMN's running mean, both, or none (they carry over); --endpoint-silence is the
+silence after speech that ends an utterance.
 
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
@@ -55,6 +63,8 @@ import torch  # noqa: E402
 from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, add_hotword_arguments,  # noqa: E402
                                  read_hotwords)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
+from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS  # noqa: E402
+from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +100,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--web", action="store_true",
                         help="also serve the microphone page over HTTP on the same port (http://HOST:PORT/)")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
+    parser.add_argument("--endpoint-silence", type=float, default=DEFAULT_TRAILING_SILENCE_S, metavar="S",
+                        help=f"seconds of silence after speech that end an utterance (default "
+                             f"{DEFAULT_TRAILING_SILENCE_S:g}, Wenet's)")
+    parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="none",
+                        help="what restarts at an endpoint besides the decoder: the encoder's attention and conv "
+                             "caches, the online CMN's running mean, both, or none (default none)")
+    add_vad_arguments(parser)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
     parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",
@@ -112,7 +129,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_server(args: argparse.Namespace):
     from asr.data.features import FeatureConfig
-    from asr.serve.endpoint import EndpointConfig
+    from asr.serve.endpoint import EndpointConfig, default_rules
     from asr.serve.recognizer import Recognizer
     from asr.serve.server import AsrServer, ServerConfig
     from asr.train.checkpoint import load_model
@@ -130,8 +147,10 @@ def build_server(args: argparse.Namespace):
         chunk_encoder = OnnxChunkEncoder(runner, model.encoder, args.chunk_size, args.left_chunks)
     recognizer = Recognizer(
         model, tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
-        ctc_weight=args.ctc_weight, endpoint=EndpointConfig(enabled=not args.no_endpoint),
-        chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
+        ctc_weight=args.ctc_weight,
+        endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
+                                reset=args.endpoint_reset),
+        vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features),
         hotwords=read_hotwords(args.hotwords) if args.hotwords else (), hotword_score=args.hotword_score,
         hotword_rescore_weight=args.hotword_rescore_weight, hotword_unbiased_keep=args.hotword_unbiased_keep,

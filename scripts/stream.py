@@ -7,6 +7,7 @@ decoder), the real-time factor and the compute latency per piece.
 
 Usage:
     python scripts/stream.py --checkpoint exp/run/checkpoints/last.ckpt a.wav b.flac
+    python scripts/stream.py --checkpoint last.ckpt --vad silero a.wav   # only speech reaches the encoder
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
     python scripts/stream.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz a.wav   # + token LM
     python scripts/stream.py --checkpoint last.ckpt --hotwords names.txt --hotword-score 2 a.wav   # + hotwords
@@ -35,6 +36,7 @@ import torch  # noqa: E402
 from asr.data.features import SAMPLE_RATE  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
+from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
 
 def load_checkpoint(path: str):
@@ -61,6 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="torch device for the model (default cpu)")
     add_lm_arguments(parser)
     add_hotword_arguments(parser)
+    add_vad_arguments(parser)
     args = parser.parse_args(argv)
     if args.chunk_ms <= 0:
         parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             reverse_weight=args.reverse_weight,
             features=FeatureConfig.from_dict(cfg.features),
             fusion=fusion_from_args(args, tokenizer), hotwords=biasing_from_args(args, tokenizer),
-            hotword_rescore_weight=args.hotword_rescore_weight,
+            hotword_rescore_weight=args.hotword_rescore_weight, vad=vad_from_args(args),
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -8,7 +8,16 @@ A rule fires when all its conditions hold for the current utterance:
 * the utterance is at least ``min_utterance_s`` long.
 
 The defaults are Wenet's: no speech for 5 s; 1 s of silence after speech; an
-utterance of 20 s.
+utterance of 20 s (:func:`default_rules` takes another trailing silence).
+
+:meth:`EndpointDetector.advance_to_endpoint` decides at frame resolution and says where the
+next utterance starts: when speech resumes after the endpoint inside the same chunk, the next
+utterance starts right after the silence that ended this one, so its onset is not lost to
+this utterance's final.
+
+``EndpointConfig.reset`` says what restarts at an endpoint besides the decoder: the encoder's
+cache (``cache``, as Wenet's runtime resets its model), the online CMN's running sums
+(``cmn``), ``both`` or ``none`` (continuous decoding carries both on).
 """
 
 from __future__ import annotations
@@ -44,11 +53,20 @@ class EndpointRule:
         )
 
 
-DEFAULT_RULES = (
-    EndpointRule(must_contain_speech=False, min_trailing_silence_s=5.0),
-    EndpointRule(must_contain_speech=True, min_trailing_silence_s=1.0),
-    EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.0, min_utterance_s=20.0),
-)
+DEFAULT_TRAILING_SILENCE_S = 1.0  # Wenet's
+
+
+def default_rules(trailing_silence_s: float = DEFAULT_TRAILING_SILENCE_S) -> tuple[EndpointRule, ...]:
+    """Wenet's three rules, with ``trailing_silence_s`` of silence after speech ending an utterance."""
+    return (
+        EndpointRule(must_contain_speech=False, min_trailing_silence_s=5.0),
+        EndpointRule(must_contain_speech=True, min_trailing_silence_s=trailing_silence_s),
+        EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.0, min_utterance_s=20.0),
+    )
+
+
+DEFAULT_RULES = default_rules()
+ENDPOINT_RESETS = ("none", "cache", "cmn", "both")
 
 
 @dataclass(frozen=True)
@@ -58,10 +76,21 @@ class EndpointConfig:
     enabled: bool = True
     blank_threshold: float = 0.8
     rules: tuple[EndpointRule, ...] = field(default=DEFAULT_RULES)
+    reset: str = "none"  # what restarts at an endpoint besides the decoder (ENDPOINT_RESETS)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
             raise ValueError(f"blank_threshold ({self.blank_threshold}) must be a probability in (0, 1).")
+        if self.reset not in ENDPOINT_RESETS:
+            raise ValueError(f"endpoint reset {self.reset!r} is not one of {', '.join(ENDPOINT_RESETS)}.")
+
+    @property
+    def resets_cache(self) -> bool:
+        return self.reset in ("cache", "both")
+
+    @property
+    def resets_cmn(self) -> bool:
+        return self.reset in ("cmn", "both")
 
 
 class EndpointDetector:
@@ -90,16 +119,45 @@ class EndpointDetector:
 
     def advance(self, log_probs: torch.Tensor) -> None:
         """Consume (t, V) CTC log-probabilities of the next t frames."""
+        for is_silent in self._silent(log_probs):
+            self._count(is_silent)
+
+    def advance_to_endpoint(self, log_probs: torch.Tensor) -> int | None:
+        """Consume (t, V) frames up to an endpoint; returns where the next utterance starts, or None.
+
+        None: no rule fired, all t frames were consumed. Else s in (0, t]: frames [0, s) belong to the
+        utterance that ended. s is t unless speech resumes inside these frames after a silent frame at
+        or after the endpoint frame; then s is the frame after that silent frame, and frames [s, t)
+        (the silence before the new speech and its onset) are the next utterance's.
+        """
+        silent = self._silent(log_probs)
+        for fired, is_silent in enumerate(silent):
+            self._count(is_silent)
+            if self.is_endpoint():
+                break
+        else:
+            return None
+        # A rule that fires during speech (the utterance length) splits at the first pause after it.
+        pause = next((i for i in range(fired, len(silent)) if silent[i]), None)
+        start = len(silent)
+        if pause is not None and not all(silent[pause + 1 :]):
+            start = pause + 1
+        for is_silent in silent[fired + 1 : start]:
+            self._count(is_silent)
+        return start
+
+    def _silent(self, log_probs: torch.Tensor) -> list[bool]:
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
-        silent = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
-        for is_silent in silent:
-            if is_silent:
-                self.trailing_silence_frames += 1
-            else:
-                self.trailing_silence_frames = 0
-                self.speech_seen = True
-        self.frames += len(silent)
+        return (log_probs[:, self.blank_id] > self._log_threshold).tolist()
+
+    def _count(self, is_silent: bool) -> None:
+        if is_silent:
+            self.trailing_silence_frames += 1
+        else:
+            self.trailing_silence_frames = 0
+            self.speech_seen = True
+        self.frames += 1
 
     def is_endpoint(self) -> bool:
         if not self.config.enabled or self.frames == 0:

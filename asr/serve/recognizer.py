@@ -13,9 +13,18 @@ and one CTC projection, and advances each stream's CTC prefix beam search and en
 detector. A stream whose endpoint fires stops consuming audio until ``reset()``:
 its final result (attention-rescored n-best, word timestamps from the CTC
 alignment) is ready in ``result()``. ``reset()`` starts the next utterance with
-a fresh decoder while the encoder state goes on (continuous decoding; the memory
-stays bounded by ``left_chunks``). ``finish()`` marks the end of the audio; the
-next ``decode()`` flushes the last partial chunk and makes the final result.
+a fresh decoder; the encoder state and the online CMN go on (continuous decoding;
+the memory stays bounded by ``left_chunks``) or restart, as ``EndpointConfig.reset``
+says. The endpoint is found at frame resolution: when the next sentence begins in
+the endpoint's own chunk, those frames start the next utterance instead of ending
+in this one's final. ``finish()`` marks the end of the audio; the next ``decode()``
+flushes the last partial chunk and makes the final result.
+
+With a VAD (``vad=``), each stream's audio goes through a
+:class:`~asr.streaming.vad.SpeechSegmenter` first: non-speech never reaches the
+fbank or the encoder, and the end of a speech segment is an endpoint. Word times
+stay in stream time throughout: each utterance counts the audio before it, dropped
+or encoded by an earlier encoder state.
 
 A stream whose step raises (e.g. ``TooLongForTable`` once an ``abs_learned``
 stream's absolute time passes its table) fails alone: a batched step that raises
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -42,9 +52,11 @@ from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
+from asr.serve.frames import FeatureQueue
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.frontend import StreamingFrontend
+from asr.streaming.vad import SileroVad, Speech, SpeechEnd, SpeechSegmenter, VadConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +95,27 @@ class Result:
 class _Utterance:
     """What the decoder keeps of the current utterance (cleared by ``reset``)."""
 
-    start_frame: int  # stream encoder time of its first frame
+    start_frame: int  # encoder frame of its first frame, counted from its audio segment's start
     enc_out: list[torch.Tensor] = field(default_factory=list)  # (c, D) each, for rescoring
     log_probs: list[torch.Tensor] = field(default_factory=list)  # (c, V) each, for alignment
 
     @property
     def frames(self) -> int:
         return sum(x.size(0) for x in self.log_probs)
+
+
+@dataclass
+class _Split:
+    """The frames of an endpoint's chunk after the split point: the next utterance's first frames.
+
+    start: split point in the chunk; first_frame: the chunk's first frame in segment frames;
+    enc_out (c - start, D), log_probs (c - start, V): those frames as encoded.
+    """
+
+    start: int
+    first_frame: int
+    enc_out: torch.Tensor
+    log_probs: torch.Tensor
 
 
 class Stream:
@@ -106,13 +132,28 @@ class Stream:
         self._input_finished = False
         self._frontend = StreamingFrontend(recognizer.features, recognizer.model.encoder.online_cmn())
         self._frontend_finished = False  # the frames that wait for the end of the audio were taken
-        # (T, F) fbank frames from the next chunk's start (running-mean normalized when the model asks)
-        self._feats: torch.Tensor | None = None
+        # Fbank frames from the next chunk's start (running-mean normalized when the model asks)
+        self._queue = FeatureQueue(self._frontend, keep_raw=recognizer.endpoint.resets_cmn)
         self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
+        self._encoder_flushed = False  # the last partial chunk went through: the state takes no more
+        # Stream time: an audio segment (the whole stream without a VAD) starts at _segment_start_s;
+        # the encoder state's frame 0 is the segment's frame _origin_frames (> 0 after a cache reset).
+        self._segment_start_s = 0.0
+        self._origin_frames = 0
         self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, self._fusion,
                                            biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._utt = _Utterance(start_frame=0)
+        self._split: _Split | None = None  # an endpoint's chunk past its split point, until reset()
+        self._carry: _Split | None = None  # those frames waiting to start the next utterance (decode() takes them)
+        # With a VAD: its speech pieces and segment ends wait here for the frontend; a segment end
+        # stops them until the segment's final is out and reset() opens the next segment.
+        self._vad = SpeechSegmenter(recognizer.vad_model, recognizer.vad) if recognizer.vad is not None else None
+        self._events: deque[Speech | SpeechEnd] = deque()
+        self._event_samples = 0  # samples in _events (read by backlog_s from other threads)
+        self._vad_finished = False
+        self._segment_closed = False
+        self._segment_opened = False  # the current segment's first audio arrived (its start time is known)
         self._segment = 0
         self._final: Result | None = None  # set when the utterance ended
         self._done = False  # audio finished and flushed
@@ -146,9 +187,11 @@ class Stream:
 
     @property
     def backlog_s(self) -> float:
-        """Seconds of audio received but not yet encoded (queued samples and fbank frames)."""
-        frames = 0 if self._feats is None else self._feats.size(0)
-        return self._inbox_samples / SAMPLE_RATE + frames * FRAME_SHIFT_S
+        """Seconds of audio received but not yet encoded (queued samples, VAD output and fbank frames)."""
+        waiting = self._inbox_samples + self._event_samples
+        if self._vad is not None:
+            waiting += self._vad.pending_samples
+        return waiting / SAMPLE_RATE + len(self._queue) * FRAME_SHIFT_S
 
     # ---- decoding thread ------------------------------------------------------
 
@@ -172,82 +215,176 @@ class Stream:
         return Result(hyps or [Hypothesis("", ())], False, self._segment)
 
     def reset(self) -> None:
-        """Start the next utterance: fresh decoder and endpoint counters, the encoder state goes on."""
+        """Start the next utterance: fresh decoder and endpoint counters.
+
+        The encoder state and the online CMN go on or restart as ``EndpointConfig.reset`` says (a
+        segment the VAD closed always restarts the encoder: its last partial chunk was flushed). The
+        frames of the endpoint's chunk past its split point start the new utterance: encoded again
+        from the fresh state after a cache reset, as they were otherwise.
+        """
         if self._done:
             raise ValueError("this stream is finished; create a new stream for new audio.")
         self._search.reset()
         self._endpoint.reset()
-        self._utt = _Utterance(start_frame=self._rec.chunk_encoder.time(self._state))
         self._final = None
         self._segment += 1
+        policy = self._rec.endpoint
+        split, self._split = self._split, None
+        if self._segment_closed and self._encoder_flushed and split is None:  # the VAD's next segment
+            self._frontend.fbank.reset()
+            if policy.resets_cmn:
+                self._frontend.reset_normalization()
+            self._restart_encoder(0)
+            self._segment_closed = self._segment_opened = False
+            start = 0
+        else:
+            if split is not None and policy.resets_cache:
+                start = split.first_frame + split.start
+                self._queue.rewind(split.start * self._rec.subsampling_rate)
+            else:
+                self._carry = split
+                start = split.first_frame + split.start if split is not None else self._encoder_frame()
+            if policy.resets_cache:
+                self._restart_encoder(start)
+            if policy.resets_cmn:
+                self._queue.renormalize()
+        self._utt = _Utterance(start_frame=start)
 
     # ---- internals (decoding thread) -----------------------------------------
+
+    @property
+    def _feats(self) -> torch.Tensor | None:
+        """(T, F) the frames waiting for the encoder, from the next chunk's start (None: none)."""
+        return self._queue.feats
+
+    def _encoder_frame(self) -> int:
+        """Segment frame of the next frame the encoder emits."""
+        return self._origin_frames + self._rec.chunk_encoder.time(self._state)
+
+    def _restart_encoder(self, origin_frames: int) -> None:
+        self._state = self._rec.chunk_encoder.init_state()
+        self._origin_frames = origin_frames
+        self._encoder_flushed = False
 
     def _pull_audio(self) -> None:
         with self._lock:
             pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
-            finished = self._input_finished and not self._frontend_finished
-        if pieces:
-            self._add_frames(self._frontend.accept(torch.cat(pieces)))  # (T, F) or None
-        if finished:  # the last frames (snip_edges=False) may complete whole chunks
+            finished = self._input_finished
+        if self._vad is None:
+            if pieces:
+                self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
+        else:
+            events = self._vad.accept(torch.cat(pieces)) if pieces else []
+            if finished and not self._vad_finished:
+                self._vad_finished = True
+                events += self._vad.finish()
+            self._events.extend(events)
+            self._event_samples += sum(e.samples.numel() for e in events if isinstance(e, Speech))
+            self._take_events()
+            finished = finished and not self._events
+        if finished and not self._frontend_finished:  # the last frames (snip_edges=False) may complete whole chunks
             self._frontend_finished = True
-            self._add_frames(self._frontend.finish())
+            if not self._segment_closed:  # a closed segment's frontend was finished when it closed
+                self._queue.add(self._frontend.fbank.finish())
 
-    def _add_frames(self, feats: torch.Tensor | None) -> None:
-        if feats is not None:
-            self._feats = feats if self._feats is None else torch.cat([self._feats, feats])
+    def _take_events(self) -> None:
+        """Feed the VAD's output to the frontend up to the end of the current segment."""
+        while self._events and not self._segment_closed:
+            event = self._events.popleft()
+            if isinstance(event, SpeechEnd):
+                self._queue.add(self._frontend.fbank.finish())
+                self._segment_closed = True
+                continue
+            if not self._segment_opened:
+                self._segment_start_s = event.start / SAMPLE_RATE
+                self._segment_opened = True
+            self._queue.add(self._frontend.fbank.accept(event.samples))
+            self._event_samples -= event.samples.numel()
 
     def _has_chunk(self) -> bool:
         return (
-            self.error is None and self._final is None and self._feats is not None and self._feats.size(0) >= self._rec.chunk_span
+            self.error is None and self._final is None and self._carry is None
+            and len(self._queue) >= self._rec.chunk_span
         )
 
-    def _needs_flush(self) -> bool:
+    def _audio_ended(self) -> bool:
         with self._lock:
-            finished = self._input_finished and not self._inbox and self._frontend_finished
+            return self._input_finished and not self._inbox and self._frontend_finished
+
+    def _needs_flush(self) -> bool:
         return (
-            finished and self.error is None and self._final is None and not self._done and not self._has_chunk()
+            (self._segment_closed or self._audio_ended()) and self.error is None and self._final is None
+            and self._carry is None and not self._done and not self._has_chunk()
         )
+
+    def _has_pending(self) -> bool:
+        """Frames or VAD output that wait for the next ``decode()`` (after a ``reset()``)."""
+        waiting = self._carry is not None and self._final is None
+        return self.error is None and (waiting or (bool(self._events) and not self._segment_closed))
 
     def _next_chunk(self) -> torch.Tensor:
         """(span, F) features of the next chunk (still held until ``_drop_chunk``)."""
-        return self._feats[: self._rec.chunk_span]
+        return self._queue.head(self._rec.chunk_span)
 
     def _drop_chunk(self) -> None:
         """The chunk was encoded: drop the frames no later chunk needs."""
-        rest = self._feats[self._rec.chunk_step :]
-        self._feats = rest if rest.size(0) > 0 else None
+        self._queue.drop(self._rec.chunk_step)
 
     def _fail(self, err: Exception) -> None:
         """Stop decoding this stream for good; ``error`` says why (the others go on)."""
         with self._lock:
             self.error = f"{type(err).__name__}: {err}"
             self._inbox, self._inbox_samples = [], 0  # free what it will never decode
-        self._feats = None
+        self._queue.clear()
+        self._events.clear()
+        self._event_samples = 0
         if not isinstance(err, TooLongForTable):  # an expected limit needs no traceback in the log
             log.error("stream failed", exc_info=err)
 
-    def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor) -> None:
-        """Decode c new frames: enc_out (c, D), log_probs (c, V)."""
+    def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor, first_frame: int) -> None:
+        """Decode c new frames: enc_out (c, D), log_probs (c, V); the first is segment frame ``first_frame``.
+
+        At an endpoint inside them, the frames past its split point are kept for the next utterance.
+        """
+        self.new_frames += enc_out.size(0)
+        start = self._endpoint.advance_to_endpoint(log_probs)
+        if start is not None and start < log_probs.size(0):
+            self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])
+            enc_out, log_probs = enc_out[:start], log_probs[:start]
         self._utt.enc_out.append(enc_out)
         self._utt.log_probs.append(log_probs)
         self._search.advance(log_probs)
-        self._endpoint.advance(log_probs)
-        self.new_frames += enc_out.size(0)
-        if self._endpoint.is_endpoint():
+        if start is not None:
             self._final = self._rec._final_result(self)
 
+    def _take_carry(self) -> bool:
+        """Start the utterance with the frames past the last endpoint's split point; whether there were any."""
+        carry = self._carry
+        if carry is None or self._final is not None or self.error is not None:
+            return False
+        self._carry = None
+        try:
+            self._consume(carry.enc_out, carry.log_probs, carry.first_frame + carry.start)
+        except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
+            self._fail(err)
+        return True
+
     def _flush(self) -> None:
-        """Encode the last partial chunk and make the final result (end of audio)."""
+        """Encode the last partial chunk (end of the audio or of a VAD segment) and make the final result."""
         rec = self._rec
-        feats = self._feats if self._feats is not None else torch.zeros(0, rec.num_bins)
-        self._feats = None
-        out = rec.chunk_encoder.flush(feats[None].to(rec.device), self._state)
-        if out.size(1) > 0:
-            self._consume(out[0], rec.model.ctc_log_probs(out)[0])
+        if not self._encoder_flushed:
+            feats = self._queue.head(len(self._queue)) if len(self._queue) else torch.zeros(0, rec.num_bins)
+            if len(self._queue):
+                self._queue.drop(len(self._queue))
+            first = self._encoder_frame()
+            out = rec.chunk_encoder.flush(feats[None].to(rec.device), self._state)
+            self._encoder_flushed = True
+            if out.size(1) > 0:
+                self._consume(out[0], rec.model.ctc_log_probs(out)[0], first)
         if self._final is None:  # the flushed frames may themselves have ended at an endpoint
             self._final = rec._final_result(self)
-        self._done = True
+        # Done at the end of the audio, unless an endpoint left frames for another utterance.
+        self._done = self._audio_ended() and self._split is None
 
 
 class Recognizer:
@@ -261,7 +398,7 @@ class Recognizer:
         beam: CTC prefix beam width and n-best size for rescoring.
         ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
         fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
-        endpoint: endpoint rules (on by default).
+        endpoint: endpoint rules (on by default) and what restarts at an endpoint (``EndpointConfig.reset``).
         features: the model's fbank options (``asr.data.features.FeatureConfig``, from its checkpoint;
             None: ``asr.data.features.LEGACY``).
         max_batch: most streams in one batched step.
@@ -272,6 +409,9 @@ class Recognizer:
         hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score, and the
             share of it rescoring keeps (``asr.decode.hotwords``); compiled lists are cached by content.
         hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default).
+        vad: voice activity detection in front of every stream (``asr.streaming.vad.VadConfig``; None: off,
+            all audio reaches the encoder). Each speech segment is decoded like a stream of its own (fresh
+            fbank and encoder; the online CMN restarts as ``endpoint.reset`` says); its end is an endpoint.
     """
 
     def __init__(
@@ -292,6 +432,7 @@ class Recognizer:
         hotword_score: float = DEFAULT_HOTWORD_SCORE,
         hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
         hotword_unbiased_keep: int | None = None,
+        vad: VadConfig | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -319,7 +460,10 @@ class Recognizer:
         # Feature frames behind one chunk of C encoder frames, and the frames a chunk moves on by.
         self.chunk_span = sub.window + sub.rate * (chunk_size - 1)
         self.chunk_step = sub.rate * chunk_size
+        self.subsampling_rate = sub.rate
         self.frame_s = sub.rate * FRAME_SHIFT_S  # seconds per encoder frame
+        self.vad = vad
+        self.vad_model = SileroVad() if vad is not None else None  # one session; each stream has its own state
         self.streams: list[Stream] = []
         self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
         self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
@@ -372,8 +516,9 @@ class Recognizer:
                 self.streams.remove(stream)
 
     def has_work(self) -> bool:
-        """Some stream has a whole chunk or a finished input to flush (after its queued audio is pulled)."""
-        return any(s._has_chunk() or s._needs_flush() for s in self._snapshot())
+        """Some stream has a whole chunk, a finished input to flush or frames and VAD output that wait for
+        the next round (after its queued audio is pulled)."""
+        return any(s._has_chunk() or s._needs_flush() or s._has_pending() for s in self._snapshot())
 
     def _snapshot(self) -> list[Stream]:
         with self._streams_lock:
@@ -383,10 +528,12 @@ class Recognizer:
     def decode(self) -> list[Stream]:
         """Decode everything the streams can decode now; returns the streams whose result changed."""
         streams = self._snapshot()
+        changed: list[Stream] = []
         for stream in streams:
             stream.new_frames = 0
             stream._pull_audio()
-        changed: list[Stream] = []
+            if stream._take_carry():
+                changed.append(stream)
         while True:
             ready = [s for s in streams if s._has_chunk()]
             if not ready:
@@ -428,11 +575,12 @@ class Recognizer:
         log_probs = self.model.ctc_log_probs(out)  # (B, C, V)
         self.batch_sizes.append(len(streams))
         for row, (stream, row_state) in enumerate(zip(streams, states)):
+            first = stream._encoder_frame()
             stream._drop_chunk()
             stream._state = row_state
             try:
                 # Clones: a view would keep the whole (B, C, *) batch alive for the utterance.
-                stream._consume(out[row].clone(), log_probs[row].clone())
+                stream._consume(out[row].clone(), log_probs[row].clone(), first)
             except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
                 stream._fail(err)
 
@@ -458,7 +606,7 @@ class Recognizer:
             order = scores.argsort(descending=True).tolist()
             nbest = [nbest[i] for i in order]
         log_probs = torch.cat(utt.log_probs)  # (T', V)
-        offset_s = utt.start_frame * self.frame_s
+        offset_s = stream._segment_start_s + utt.start_frame * self.frame_s
         hyps = []
         for tokens, _ in nbest:
             spans = ctc_align(log_probs, tokens, self.model.blank_id)

@@ -36,9 +36,18 @@ class StreamingFrontend:
         self.config = self.fbank.config
         self._norm = None if online_cmn is None else online_cmn.stream()
 
+    @property
+    def normalizes(self) -> bool:
+        """The frames get a running normalization (the model has online CMN)."""
+        return self._norm is not None
+
     def reset(self) -> None:
         """Start a new stream."""
         self.fbank.reset()
+        self.reset_normalization()
+
+    def reset_normalization(self) -> None:
+        """Restart the running statistics from the model's prior (the fbank goes on)."""
         if self._norm is not None:
             self._norm.reset()
 
@@ -50,7 +59,14 @@ class StreamingFrontend:
         """End of the audio -> (T, F) the frames that waited for it (snip_edges=False), or None."""
         return self._normalized(self.fbank.finish())
 
+    def normalize(self, feats: torch.Tensor) -> torch.Tensor:
+        """(T, F) fbank frames (``self.fbank``'s, in stream order) -> normalized; the running statistics take them in.
+
+        For callers that keep the raw frames to normalize them again after :meth:`reset_normalization`.
+        """
+        return feats if self._norm is None else self._norm.push(feats)
+
     def _normalized(self, feats: torch.Tensor) -> torch.Tensor | None:
         if feats.size(0) == 0:
             return None
-        return feats if self._norm is None else self._norm.push(feats)
+        return self.normalize(feats)

@@ -9,6 +9,10 @@ Pipeline per ``accept_waveform`` call: audio -> complete fbank frames
 ``finalize`` takes the frames that waited for the end of the audio, flushes the encoder
 (``final=True``) and rescores the CTC n-best with the attention decoder over all
 encoder frames of the utterance (U2 two-pass decoding).
+
+With a VAD (``vad=``), the audio goes through a :class:`~asr.streaming.vad.SpeechSegmenter`
+first: only its speech segments (with their padding) reach the frontend, joined into the
+one utterance; leading, trailing and long inner non-speech never reach the encoder.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, B
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
 from asr.streaming.frontend import StreamingFrontend
+from asr.streaming.vad import SileroVad, Speech, SpeechSegmenter, VadConfig
 
 
 @dataclass
@@ -59,6 +64,7 @@ class StreamingRecognizer:
             bonus the rescoring keeps (``asr.decode.hotwords``).
         hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default;
             a compiled ``Biasing`` brings its own).
+        vad: voice activity detection in front of the frontend (``asr.streaming.vad.VadConfig``; None: off).
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class StreamingRecognizer:
         hotword_score: float = DEFAULT_HOTWORD_SCORE,
         hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
         hotword_unbiased_keep: int | None = None,
+        vad: VadConfig | None = None,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
@@ -89,6 +96,7 @@ class StreamingRecognizer:
         self.ctc_weight = ctc_weight
         self.reverse_weight = reverse_weight
         self.frontend = StreamingFrontend(features, model.encoder.online_cmn())
+        self.vad = None if vad is None else SpeechSegmenter(SileroVad(), vad)
         self.beam = beam
         self.hotword_rescore_weight = hotword_rescore_weight
         self.hotword_score = hotword_score
@@ -116,6 +124,8 @@ class StreamingRecognizer:
         """Start a new utterance."""
         self.state = self.model.encoder.init_state(1, self.chunk_size, self.left_chunks)
         self.frontend.reset()
+        if self.vad is not None:
+            self.vad.reset()
         self.search.reset()
         self._enc_chunks: list[torch.Tensor] = []  # (1, c, D) each
         self.timings: list[ChunkTiming] = []
@@ -148,6 +158,11 @@ class StreamingRecognizer:
             self.search.advance(self.model.ctc_log_probs(out)[0])  # (c, V)
         return out.size(1)
 
+    def _speech_frames(self, events) -> torch.Tensor | None:
+        """(T, F) frames of the VAD's speech pieces (segment ends change nothing: one utterance), or None."""
+        frames = [f for e in events if isinstance(e, Speech) and (f := self.frontend.accept(e.samples)) is not None]
+        return torch.cat(frames) if frames else None
+
     def accept_waveform(self, samples) -> str:
         """Feed samples (n,) float32 in [-1, 1] at ``SAMPLE_RATE``; returns the current partial text."""
         if self.final_tokens is not None:
@@ -156,7 +171,7 @@ class StreamingRecognizer:
         if samples.dim() != 1:
             raise ValueError(f"samples must be 1-D (n,) mono, got shape {tuple(samples.shape)}.")
         start = time.perf_counter()
-        feats = self.frontend.accept(samples)
+        feats = self.frontend.accept(samples) if self.vad is None else self._speech_frames(self.vad.accept(samples))
         enc_frames = self._encode(feats, final=False)
         self.samples_seen += samples.numel()
         n_feats = 0 if feats is None else feats.size(0)
@@ -172,7 +187,8 @@ class StreamingRecognizer:
         """
         if self.final_tokens is None:
             start = time.perf_counter()
-            enc_frames = self._encode(self.frontend.finish(), final=True)
+            enc_frames = 0 if self.vad is None else self._encode(self._speech_frames(self.vad.finish()), final=False)
+            enc_frames += self._encode(self.frontend.finish(), final=True)
             nbest = self.search.nbest()
             enc_out = self.encoder_output()  # (1, T', D)
             if self.model.decoder is None or enc_out.size(1) == 0:
