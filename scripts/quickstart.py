@@ -29,9 +29,13 @@ Steps (each one reuses what earlier runs left):
     (decode/<split>_<context>_lm): the rows without them say what the acoustic model hears,
     the "+ LM" rows what a user gets;
  5. stream one test utterance chunk by chunk with the LMs (scripts/stream.py --lm --word-lm);
- 6. print a summary table: WER per mode (read from those summary.json files), where
-    checkpoints, logs and results are, time; when --train-minutes ended training early, at
-    which of the planned steps and the last dev WERs (asr.train.outcome).
+    then the live bench (scripts/bench_live.py) on a few test sessions of five sentences with
+    pauses, over exact zeros and room tone, through scripts/serve.py's continuous decoding
+    (~1 min) into decode/live_test/live.json;
+ 6. print a summary table: WER per mode (read from those summary.json files; the live rows:
+    session WER, and the same sentences sent alone), where checkpoints, logs and results are, time;
+    when --train-minutes ended training early, at which of the planned steps and the last dev
+    WERs (asr.train.outcome).
 """
 
 from __future__ import annotations
@@ -165,6 +169,25 @@ def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, spli
     return json.loads((out_dir / "summary.json").read_text())
 
 
+LIVE_SESSIONS, LIVE_BACKGROUNDS = 4, "zeros,room"
+
+
+def live_bench(ckpt: Path, out_dir: Path, data_dir: Path, threads: int) -> dict:
+    """The live bench on LIVE_SESSIONS test sessions (unpaced: WER does not depend on the pace), or the
+    report a run with the same checkpoint left in ``out_dir``."""
+    done = out_dir / "live.json"
+    if done.is_file():
+        report = json.loads(done.read_text())
+        if report["config"]["checkpoint"] == str(ckpt):
+            print(f"live bench results of {ckpt.name} found in {out_dir}")
+            return report
+    run([PY, "scripts/bench_live.py", "--checkpoint", str(ckpt), "--cuts", str(data_dir / "cuts_test.jsonl.gz"),
+         "--sessions", str(LIVE_SESSIONS), "--backgrounds", LIVE_BACKGROUNDS, "--speed", "0", "--concurrency", "4",
+         "--max-seconds", "300", "--server-args", f"--threads {threads}", "--out-json", str(done)],
+        "live sessions (test sentences with pauses over zeros and room tone, through the server)")
+    return json.loads(done.read_text())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="data/synth")
@@ -252,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     if audio:
         run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", "--lm", str(lms[0]),
              "--word-lm", str(lms[1]), audio], "stream one test file (with the LMs)")
+    live = live_bench(ckpt, results / "live_test", data_dir, args.threads)
 
     rows = [(ctx, m, r) for ctx, summary in decoded for m, r in summary["modes"].items()]
     skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
@@ -259,6 +283,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'context':<14}{'mode':<22}{'WER %':>8}{'CER %':>8}{'RTF':>8}")
     for ctx, mode, r in rows:
         print(f"{ctx:<14}{mode:<22}{100 * r['wer']:>8.2f}{100 * r['cer']:>8.2f}{r['rtf']:>8.3f}")
+    for name, b in live["backgrounds"].items():  # WER of the sessions; the same sentences alone beside it
+        if b.get("session_wer") is not None:
+            mode = f"session (alone {100 * b['alone_wer']:.2f})"
+            print(f"{'live ' + name:<14}{mode:<22}{100 * b['session_wer']:>8.2f}")
     wer = train_summary["best_val_wer"]
     print("-" * 72)
     print(f"checkpoint  : {ckpt}")

@@ -21,19 +21,22 @@ from asr.serve.protocol import check_finite, float_to_pcm16
 
 @dataclass
 class Reply:
-    """One server reply, decoded; ``nbest`` is the parsed list for result replies."""
+    """One server reply, decoded; ``nbest`` is the parsed list for result replies, ``segment`` the
+    final result's {"index", "start", "end"} (ms) when the start signal asked for segment times."""
 
     status: str
     type: str | None
     nbest: list[dict] | None
     message: str | None
     received_at: float  # time.perf_counter() on arrival
+    segment: dict | None = None
 
     @classmethod
     def parse(cls, text: str) -> Reply:
         obj = json.loads(text)
         nbest = json.loads(obj["nbest"]) if "nbest" in obj else None
-        return cls(obj.get("status"), obj.get("type"), nbest, obj.get("message"), time.perf_counter())
+        return cls(obj.get("status"), obj.get("type"), nbest, obj.get("message"), time.perf_counter(),
+                   obj.get("segment"))
 
 
 @dataclass
@@ -76,6 +79,7 @@ async def stream_audio(
     on_reply=None,
     speed: float = 1.0,
     hotwords: list | None = None,
+    segment_times: bool = False,
 ) -> Session:
     """Send start, the samples (float (n,) in [-1, 1]) in ``piece_s`` pieces, end; read until the server closes.
 
@@ -83,6 +87,7 @@ async def stream_audio(
     would; below 1: a client slower than real time).
     ``on_reply(reply)`` is called for every reply as it arrives. ``hotwords``: this connection's list
     (strings, ``"phrase:score"`` or {"phrase", "score"} objects) in the start message.
+    ``segment_times``: ask for each final's stream span (``Reply.segment``).
     """
     if speed <= 0:
         raise ValueError(f"speed ({speed}) must be > 0.")
@@ -106,6 +111,8 @@ async def stream_audio(
             start_signal = {"signal": "start", "nbest": nbest, "continuous_decoding": continuous_decoding}
             if hotwords:
                 start_signal["hotwords"] = hotwords
+            if segment_times:
+                start_signal["segment_times"] = True
             await ws.send(json.dumps(start_signal))
             start = time.perf_counter()
             for offset in range(0, len(samples), piece):

@@ -2,8 +2,9 @@
 
 Client -> server:
     text   {"signal": "start", "nbest": N, "continuous_decoding": bool,
-            "hotwords": ["phrase", "phrase:score", {"phrase": "...", "score": S}, ...]}  (all optional;
-            hotwords bias this connection only, merged with the server's own list)
+            "hotwords": ["phrase", "phrase:score", {"phrase": "...", "score": S}, ...],
+            "segment_times": bool}  (all optional; hotwords bias this connection only, merged with
+            the server's own list; segment_times adds "segment" to final results, see below)
     binary 16-bit little-endian mono PCM at the model's sample rate, any number of frames
     text   {"signal": "end"}
 Server -> client (text):
@@ -15,6 +16,12 @@ Server -> client (text):
 ``nbest`` is a JSON *string* holding a list of {"sentence": str} and, in final
 results, "word_pieces": [{"word": str, "start": ms, "end": ms}] (integers, stream
 time), exactly as Wenet's ``websocket_server.cc`` serializes it.
+
+A client that asked for ``segment_times`` also gets, in each final result,
+``"segment": {"index": i, "start": ms, "end": ms}``: the utterance's index in the stream and
+the stream time it covers, its end being where its endpoint fired (sherpa-onnx's server
+reports a segment index and start time the same way). Replies stay Wenet's otherwise: Wenet
+sends no such field, so its clients never ask for it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class Start:
     nbest: int = 1
     continuous_decoding: bool = False
     hotwords: tuple[tuple[str, float | None], ...] = ()  # (phrase, score per token or None)
+    segment_times: bool = False  # final results carry the utterance's stream span
 
 
 @dataclass(frozen=True)
@@ -70,10 +78,11 @@ def parse_text(message: str, max_nbest: int) -> Start | End:
     nbest = obj.get("nbest", 1)
     if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= max_nbest:
         raise ProtocolError(f"nbest must be an integer in [1, {max_nbest}], got {reprlib.repr(nbest)}")
-    continuous = obj.get("continuous_decoding", False)
-    if not isinstance(continuous, bool):
-        raise ProtocolError(f"continuous_decoding must be true or false, got {reprlib.repr(continuous)}")
-    return Start(nbest=nbest, continuous_decoding=continuous, hotwords=_hotwords(obj.get("hotwords", [])))
+    flags = {name: obj.get(name, False) for name in ("continuous_decoding", "segment_times")}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ProtocolError(f"{name} must be true or false, got {reprlib.repr(value)}")
+    return Start(nbest=nbest, hotwords=_hotwords(obj.get("hotwords", [])), **flags)
 
 
 def _hotwords(value) -> tuple[tuple[str, float | None], ...]:
@@ -131,8 +140,9 @@ def failed(message: str) -> str:
     return json.dumps({"status": "failed", "message": message}, ensure_ascii=False)
 
 
-def result_message(result: Result, nbest: int) -> str:
-    """partial_result / final_result reply; word pieces only in final results (as Wenet)."""
+def result_message(result: Result, nbest: int, segment_times: bool = False) -> str:
+    """partial_result / final_result reply; word pieces only in final results (as Wenet), and the
+    utterance's ``segment`` when ``segment_times`` (see the module docstring)."""
     paths = []
     for hyp in result.hyps[:nbest]:
         path: dict = {"sentence": hyp.text}
@@ -142,4 +152,8 @@ def result_message(result: Result, nbest: int) -> str:
             ]
         paths.append(path)
     kind = "final_result" if result.is_final else "partial_result"
-    return _reply(type=kind, nbest=json.dumps(paths, ensure_ascii=False))
+    extra = {}
+    if segment_times and result.is_final and result.span is not None:
+        start, end = result.span
+        extra["segment"] = {"index": result.segment, "start": round(start * 1000), "end": round(end * 1000)}
+    return _reply(type=kind, nbest=json.dumps(paths, ensure_ascii=False), **extra)

@@ -76,11 +76,14 @@ class Result:
 
     is_final: the utterance ended (endpoint or end of audio) and was rescored.
     segment: utterance index in the stream (continuous decoding counts up).
+    span: final results only: (start, end) stream seconds of the encoder frames the utterance
+        decoded; its end is where its endpoint fired (or the end of the audio).
     """
 
     hyps: list[Hypothesis]
     is_final: bool
     segment: int
+    span: tuple[float, float] | None = None
 
     @property
     def text(self) -> str:
@@ -208,7 +211,7 @@ class Stream:
         if nbest < 1:
             raise ValueError(f"nbest ({nbest}) must be >= 1.")
         if self._final is not None:
-            return Result(self._final.hyps[:nbest], True, self._final.segment)
+            return Result(self._final.hyps[:nbest], True, self._final.segment, self._final.span)
         decode = self._rec.tokenizer.decode
         partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
         hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
@@ -594,9 +597,10 @@ class Recognizer:
     def _final_result(self, stream: Stream) -> Result:
         """Rescore the utterance's CTC n-best and time its words."""
         utt = stream._utt
+        span = (utt.start_frame * self.frame_s, (utt.start_frame + utt.frames) * self.frame_s)
         nbest = stream._search.nbest()
         if not nbest or utt.frames == 0:
-            return Result([Hypothesis("", ())], True, stream._segment)
+            return Result([Hypothesis("", ())], True, stream._segment, span)
         if self.model.decoder is not None:
             enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
             biasing = stream.biasing
@@ -613,4 +617,4 @@ class Recognizer:
             pieces = [self._word_piece(t) for t in tokens]
             words = word_times(pieces, spans, self.frame_s, offset_s)
             hyps.append(Hypothesis(self.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
-        return Result(hyps, True, stream._segment)
+        return Result(hyps, True, stream._segment, span)

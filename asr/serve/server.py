@@ -120,6 +120,7 @@ class _Session:
         self.stream: Stream | None = None
         self.nbest = 1
         self.continuous = False
+        self.segment_times = False
         self.ended = False  # "end" signal received
         self.stopped = False  # recognition over (speech_end sent or being sent)
         self.outbox: asyncio.Queue = asyncio.Queue(queue_size)
@@ -267,6 +268,7 @@ class AsrServer:
             if session.stream is not None:
                 raise ProtocolError("start signal received twice on one connection")
             session.nbest, session.continuous = signal.nbest, signal.continuous_decoding
+            session.segment_times = signal.segment_times
             try:
                 session.stream = await self._open_stream(signal)
             except HotwordError as err:
@@ -359,7 +361,7 @@ class AsrServer:
                 items += [failed(f"recognition failed: {stream.error}"),
                           _Close(CLOSE_SERVER_ERROR, "recognition failed")]
             elif stream.is_endpoint() or stream.is_done():
-                items.append(result_message(stream.result(session.nbest), session.nbest))
+                items.append(result_message(stream.result(session.nbest), session.nbest, session.segment_times))
                 if stream.is_endpoint() and session.continuous:
                     stream.reset()
                 else:

@@ -31,3 +31,9 @@ def test_hostile_control_messages_raise_protocol_error_with_a_short_message(mess
 def test_good_messages_still_parse():
     assert parse_text('{"signal": "start", "nbest": 3, "continuous_decoding": true}', 10) == Start(3, True)
     assert parse_text('{"signal": "end"}', 10) == End()
+
+
+def test_segment_times_is_a_flag():
+    assert parse_text('{"signal": "start", "segment_times": true}', 10) == Start(segment_times=True)
+    with pytest.raises(ProtocolError, match="segment_times must be true or false"):
+        parse_text('{"signal": "start", "segment_times": 1}', 10)

@@ -189,8 +189,9 @@ def test_audio_faster_than_decoding_is_refused(model, tokenizer):
     assert replies[-1].status == "failed" and "faster than it is decoded" in replies[-1].message and code == 1008
 
 
-@pytest.mark.parametrize("continuous", [True, False])
-def test_endpoints_and_continuous_decoding(model, tokenizer, continuous):
+def stream_blank(model, tokenizer, **options):
+    """11 s of noise, sent at once, through ``model`` made to hear only blanks (the 5 s no-speech rule
+    fires) behind a server with endpointing on; ``options`` go to ``stream_audio``."""
     silent = copy.deepcopy(model)
     with torch.no_grad():
         silent.ctc_proj.bias[model.blank_id] += 100.0  # every frame is blank: the 5 s no-speech rule fires
@@ -201,10 +202,14 @@ def test_endpoints_and_continuous_decoding(model, tokenizer, continuous):
         # cores) may not decode up to the first endpoint before the bound refuses the audio ("faster than
         # it is decoded": seen once in CI). Backpressure has its own test; here it would only be a race.
         async with make_server(silent, tokenizer, endpoint=EndpointConfig(), max_backlog_s=60.0) as server:
-            return await stream_audio(uri(server), wave, SAMPLE_RATE, piece_s=0.5, realtime=False,
-                                      continuous_decoding=continuous)
+            return await stream_audio(uri(server), wave, SAMPLE_RATE, piece_s=0.5, realtime=False, **options)
 
-    session = run(scenario())
+    return run(scenario())
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_endpoints_and_continuous_decoding(model, tokenizer, continuous):
+    session = stream_blank(model, tokenizer, continuous_decoding=continuous)
     types = [r.type for r in session.replies]
     if continuous:  # endpoints at 5 s and 10 s, then the end of the audio
         assert types.count("final_result") == 3 and types[-1] == "speech_end"
@@ -235,3 +240,15 @@ def test_reply_json_matches_wenet_field_names(model, tokenizer):
     assert set(paths[0]) == {"sentence", "word_pieces"}
     assert all(set(w) == {"word", "start", "end"} and isinstance(w["start"], int) for w in paths[0]["word_pieces"])
     assert raw[-1] == {"status": "ok", "type": "speech_end"}
+
+
+def test_segment_times_give_each_final_its_stream_span(model, tokenizer):
+    segments = [r.segment for r in stream_blank(model, tokenizer, continuous_decoding=True, segment_times=True).finals]
+    frame_ms = 40  # 4x subsampling of 10 ms frames
+    chunk_ms = C * frame_ms
+    # endpoints at the first chunk ends past 5 s and 10 s of blank, then the end of the audio
+    assert [s["index"] for s in segments] == [0, 1, 2]
+    assert segments[0]["start"] == 0 and segments[0]["end"] == -(-5000 // chunk_ms) * chunk_ms
+    assert segments[1]["start"] == segments[0]["end"] and segments[2]["start"] == segments[1]["end"]
+    assert segments[1]["end"] - segments[1]["start"] == segments[0]["end"]
+    assert 11000 - 200 <= segments[2]["end"] <= 11000
