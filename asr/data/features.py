@@ -330,12 +330,23 @@ class FbankExtractor:
         if self.backend == "torchaudio":
             import torchaudio.compliance.kaldi as kaldi
 
+            check_finite(waveform)
             dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
             scaled = waveform.to(dtype).unsqueeze(0) * self.config.sample_scale  # (1, n)
             return apply_noise_floor(kaldi.fbank(scaled, **self.config.torchaudio_kwargs()), self.config)  # (T, F)
         stream = FbankStream(self.config)
         head = stream.accept(waveform)
         return torch.cat([head, stream.finish()]) if head.numel() else stream.finish()
+
+
+def check_finite(samples: torch.Tensor) -> None:
+    """ValueError when samples (n,) hold NaN or inf: they have no fbank frames (a file is refused
+    earlier, ``asr.data.audio.load_audio``; this guards samples handed over directly)."""
+    finite = torch.isfinite(samples)
+    if not bool(finite.all()):
+        bad = int(finite.numel() - finite.sum())
+        raise ValueError(f"audio holds {bad} non-finite samples (NaN or inf) of {samples.numel()}; "
+                         "they have no fbank frames")
 
 
 class FbankStream:
@@ -369,6 +380,7 @@ class FbankStream:
         if samples.dim() != 1:
             raise ValueError(f"expected 1-D samples (n,), got shape {tuple(samples.shape)}")
         if samples.numel():
+            check_finite(samples)  # kaldi-native-fbank would fail deep inside, its stream left broken
             scaled = samples.detach().to(device="cpu", dtype=torch.float32) * self.config.sample_scale
             self._fbank.accept_waveform(SAMPLE_RATE, scaled.numpy())
             self._samples += samples.numel()

@@ -73,6 +73,22 @@ def test_stream_in_pieces_is_the_whole_utterance(config):
     assert stream.samples_seen == 9000
 
 
+@pytest.mark.parametrize("backend", ["knf", "torchaudio"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_samples_are_refused_in_one_line_and_a_stream_goes_on(backend, bad):
+    wave = 0.1 * torch.randn(4000, generator=torch.Generator().manual_seed(3))
+    broken = wave.clone()
+    broken[3000] = bad
+    with pytest.raises(ValueError, match=r"1 non-finite samples \(NaN or inf\) of 4000"):
+        FbankExtractor(LEGACY, backend)(broken)
+    stream = FbankStream(LEGACY)
+    head = stream.accept(wave[:2000])
+    with pytest.raises(ValueError, match="non-finite"):
+        stream.accept(broken[2000:])  # refused before kaldi-native-fbank sees it: the stream is intact
+    rest = [stream.accept(wave[2000:]), stream.finish()]
+    assert torch.equal(torch.cat([head, *rest]), FbankExtractor(LEGACY)(wave))
+
+
 @pytest.mark.parametrize("config", [LEGACY, SHERPA], ids=["legacy", "sherpa"])
 @pytest.mark.parametrize("frames", [1, 2, 3, 17])
 def test_samples_for_frames_is_when_a_stream_has_them(config, frames):
