@@ -47,7 +47,7 @@ from asr.decode.memory import default_budget, parse_bytes  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
-from asr.train.checkpoint import load_model  # noqa: E402
+from asr.train.checkpoint import CheckpointError, load_model  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -154,7 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    model, tokenizer, cfg = load_model(args.checkpoint)
+    try:
+        model, tokenizer, cfg = load_model(args.checkpoint)
+    except CheckpointError as err:
+        print(f"decode: {err}", file=sys.stderr)
+        sys.exit(2)
     data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
     if data_dir is None:
         sys.exit(f"decode: {args.checkpoint} stores no data.data_dir; pass --data-dir")

@@ -71,7 +71,7 @@ def test_mismatched_shapes_are_reinitialized_with_the_reason(tmp_path):
 
 
 def test_read_source_refuses_what_is_not_a_checkpoint(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="does not exist"):
         read_source(tmp_path / "missing.ckpt")
     torch.save({"weights": torch.ones(2)}, tmp_path / "plain.pt")
     with pytest.raises(ValueError, match="not a checkpoint of this toolkit"):
