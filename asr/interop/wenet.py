@@ -74,6 +74,8 @@ def read_units(path: Path) -> list[str]:
         parts = line.split()
         if len(parts) != 2 or not parts[1].isdigit():
             raise WenetImportError(f"{path}:{line_no}: expected 'unit id', got {line!r}.")
+        if int(parts[1]) in units:  # a later line would silently take the id of an earlier unit
+            raise WenetImportError(f"{path}:{line_no}: id {parts[1]} repeats (also {units[int(parts[1])]!r}).")
         units[int(parts[1])] = parts[0]
     if sorted(units) != list(range(len(units))):
         raise WenetImportError(f"{path}: ids must be 0..{len(units) - 1} without gaps or repeats.")
