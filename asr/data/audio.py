@@ -83,7 +83,8 @@ def load_audio(
     if not np.isfinite(data.sum(dtype=np.float64)):
         bad = int(data.size - np.isfinite(data).sum())
         raise AudioError(f"audio holds {bad} non-finite samples (NaN or inf) of {data.size}: {name}", "audio_nonfinite")
-    mono = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))  # (n,) average of channels
+    # (n,) the average of the channels; a mono file's one channel as it is (a view: no copy of a long file)
+    mono = torch.from_numpy(np.ascontiguousarray(data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)))
     if sr != target_sr:
         mono = AF.resample(mono, sr, target_sr)
     return mono
