@@ -9,7 +9,9 @@ The top-k come from the ModelCheckpoint records (monitored validation WER) store
 <run_dir>/checkpoints/last.ckpt. The output (default <run_dir>/checkpoints/avg<k>.ckpt)
 loads with asr.train.checkpoint.load_model, like any training checkpoint.
 --checkpoint is the flag every script that takes a checkpoint uses; it may be repeated,
-and --ckpts is its former name.
+and --ckpts is its former name. Every input must be a checkpoint of the same model (the same
+model_kwargs, features, tokenizer, tensor names and shapes, finite weights): anything else is a
+one-line error and exit code 2, and nothing is written.
 """
 
 import argparse
@@ -33,15 +35,19 @@ def main(argv: list[str] | None = None) -> Path:
         paths = [Path(p) for p in args.checkpoints]
         if not args.out:
             parser.error("--out is required with --checkpoint")
-    elif args.run_dir:
-        ranked = top_k_checkpoints(args.run_dir, args.num)
-        for path, score in ranked:
-            print(f"  {score:.4f}  {path}")
-        paths = [p for p, _ in ranked]
-    else:
+    elif not args.run_dir:
         parser.error("give a run_dir or --checkpoint")
-    out = Path(args.out) if args.out else Path(args.run_dir) / "checkpoints" / f"avg{len(paths)}.ckpt"
-    write_averaged_checkpoint(paths, out)
+    try:
+        if not args.checkpoints:
+            ranked = top_k_checkpoints(args.run_dir, args.num)
+            for path, score in ranked:
+                print(f"  {score:.4f}  {path}")
+            paths = [p for p, _ in ranked]
+        out = Path(args.out) if args.out else Path(args.run_dir) / "checkpoints" / f"avg{len(paths)}.ckpt"
+        write_averaged_checkpoint(paths, out)
+    except ValueError as err:  # CheckpointError: an input that is not a usable checkpoint, or not the first's model
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     print(f"averaged {len(paths)} checkpoints -> {out}")
     return out
 

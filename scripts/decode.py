@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
-from asr.decode.memory import default_budget, parse_bytes  # noqa: E402
+from asr.decode.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
-from asr.train.checkpoint import load_model  # noqa: E402
+from asr.train.checkpoint import CheckpointError, load_model  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -143,7 +143,7 @@ def format_table(summary: dict) -> str:
         lines.append(f"{mode:<22}{100 * r['wer']:>8.2f}{100 * r['cer']:>8.2f}{r['utterances']:>7}{r['rtf']:>8.3f}")
     memory = summary.get("memory")
     if memory and memory["blocked_attention_utterances"]:
-        lines.append(f"blocked attention (over the {memory['budget_bytes'] / 2**30:.1f} GiB budget otherwise): "
+        lines.append(f"blocked attention (over the {format_bytes(memory['budget_bytes'])} budget otherwise): "
                      f"{memory['blocked_attention_utterances']} utterances")
     skipped = summary["skipped_utterances"]
     lines.append(f"skipped cuts: {', '.join(f'{k} {n}' for k, n in skipped.items()) if skipped else 'none'}")
@@ -154,7 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    model, tokenizer, cfg = load_model(args.checkpoint)
+    try:
+        model, tokenizer, cfg = load_model(args.checkpoint)
+    except CheckpointError as err:
+        print(f"decode: {err}", file=sys.stderr)
+        sys.exit(2)
     data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
     if data_dir is None:
         sys.exit(f"decode: {args.checkpoint} stores no data.data_dir; pass --data-dir")

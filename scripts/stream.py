@@ -126,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     from asr.data.audio import AudioError, load_audio
     from asr.data.features import FeatureConfig
     from asr.streaming.recognizer import StreamingRecognizer
+    from asr.train.checkpoint import CheckpointError
 
     try:
         model, tokenizer, cfg = load_checkpoint(args.checkpoint)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print(f"error: cannot load checkpoint {args.checkpoint}: {str(err).splitlines()[0]}", file=sys.stderr)
+    except CheckpointError as err:  # names the checkpoint and what is wrong with it
+        print(f"error: {err}", file=sys.stderr)
         return 2
     model = model.to(args.device).eval()
     try:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 # Allow `python scripts/train.py` from a checkout that is not pip-installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from asr.train.checkpoint_file import CheckpointError  # noqa: E402
 from asr.train.run import train  # noqa: E402
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -29,7 +30,11 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except CheckpointError as err:  # init_from=CKPT that is not a usable model: one line, not Hydra's traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     # Returned for Hydra sweepers that optimise a metric.
     return summary["best_val_wer"]
 

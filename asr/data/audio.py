@@ -38,7 +38,7 @@ def resample_int16(samples: np.ndarray, source_rate: int, target_rate: int) -> n
 
 
 class AudioError(ValueError):
-    """A missing, unreadable or empty audio file. `reason` is a short key for skip counters."""
+    """A missing, unreadable, empty or non-finite audio file. `reason` is a short key for skip counters."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -55,7 +55,7 @@ def load_audio(
 
     `offset`/`duration` (seconds, in the file's own time) read a segment, as Kaldi
     `segments` and NeMo `offset` need. Raises AudioError with a one-line message
-    and a `reason` in {"audio_missing", "audio_corrupt", "audio_empty"}.
+    and a `reason` in {"audio_missing", "audio_corrupt", "audio_empty", "audio_nonfinite"}.
     """
     name = "<bytes>" if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
     if isinstance(path_or_bytes, bytes):
@@ -78,7 +78,13 @@ def load_audio(
         raise AudioError(f"cannot decode audio {name}: {str(err).splitlines()[0]}", "audio_corrupt") from None
     if data.shape[0] == 0:
         raise AudioError(f"audio is empty: {name}", "audio_empty")
-    mono = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))  # (n,) average of channels
+    # A float file may hold NaN or inf (a failed upstream step): they have no fbank frames. The float64
+    # sum of float32 samples cannot overflow, so it is finite exactly when every sample is.
+    if not np.isfinite(data.sum(dtype=np.float64)):
+        bad = int(data.size - np.isfinite(data).sum())
+        raise AudioError(f"audio holds {bad} non-finite samples (NaN or inf) of {data.size}: {name}", "audio_nonfinite")
+    # (n,) the average of the channels; a mono file's one channel as it is (a view: no copy of a long file)
+    mono = torch.from_numpy(np.ascontiguousarray(data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)))
     if sr != target_sr:
         mono = AF.resample(mono, sr, target_sr)
     return mono

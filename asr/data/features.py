@@ -30,7 +30,7 @@ everything that converts samples, frames and seconds imports these constants.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import Any
@@ -46,6 +46,8 @@ FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between fram
 WINDOW_TYPES = ("povey", "hamming", "hanning", "hann", "rectangular", "blackman")
 MEL_BANKS = ("kaldi", "librosa")
 BACKENDS = ("knf", "torchaudio")
+# Samples an offline extraction hands kaldi-native-fbank at a time (10 s): its copies stay this small.
+EXTRACT_PIECE = 10 * SAMPLE_RATE
 # Training extracts with torchaudio where it can: a quarter of kaldi-native-fbank's CPU on whole
 # utterances (0.43 vs 1.64 ms a second of audio, scripts/bench_frontend.py), in the DataLoader
 # workers that share the cores with the model; both are within 4e-4 of the float64 frames.
@@ -334,12 +336,37 @@ class FbankExtractor:
         if self.backend == "torchaudio":
             import torchaudio.compliance.kaldi as kaldi
 
+            check_finite(waveform)
             dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
             scaled = waveform.to(dtype).unsqueeze(0) * self.config.sample_scale  # (1, n)
             return apply_noise_floor(kaldi.fbank(scaled, **self.config.torchaudio_kwargs()), self.config)  # (T, F)
-        stream = FbankStream(self.config)
-        head = stream.accept(waveform)
-        return torch.cat([head, stream.finish()]) if head.numel() else stream.finish()
+        # Fed a piece at a time into frames allocated once: the whole waveform in one call holds a scaled
+        # copy of it and several copies of its frames, which for hours of audio is gigabytes.
+        out = torch.empty(self.num_frames(waveform.numel()), self.num_mel_bins)  # (T, F)
+        filled = 0
+        for frames in _stream_frames(FbankStream(self.config), waveform):
+            out[filled : filled + frames.size(0)] = frames
+            filled += frames.size(0)
+        if filled != out.size(0):
+            raise RuntimeError(f"fbank gave {filled} frames where num_frames says {out.size(0)}")
+        return out
+
+
+def _stream_frames(stream: FbankStream, waveform: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The frames of ``waveform`` (n,) through ``stream``, :data:`EXTRACT_PIECE` samples at a time, then its end."""
+    for start in range(0, waveform.numel(), EXTRACT_PIECE):
+        yield stream.accept(waveform[start : start + EXTRACT_PIECE])
+    yield stream.finish()
+
+
+def check_finite(samples: torch.Tensor) -> None:
+    """ValueError when samples (n,) hold NaN or inf: they have no fbank frames (a file is refused
+    earlier, ``asr.data.audio.load_audio``; this guards samples handed over directly)."""
+    finite = torch.isfinite(samples)
+    if not bool(finite.all()):
+        bad = int(finite.numel() - finite.sum())
+        raise ValueError(f"audio holds {bad} non-finite samples (NaN or inf) of {samples.numel()}; "
+                         "they have no fbank frames")
 
 
 class FbankStream:
@@ -373,6 +400,7 @@ class FbankStream:
         if samples.dim() != 1:
             raise ValueError(f"expected 1-D samples (n,), got shape {tuple(samples.shape)}")
         if samples.numel():
+            check_finite(samples)  # kaldi-native-fbank would fail deep inside, its stream left broken
             scaled = samples.detach().to(device="cpu", dtype=torch.float32) * self.config.sample_scale
             self._fbank.accept_waveform(SAMPLE_RATE, scaled.numpy())
             self._samples += samples.numel()

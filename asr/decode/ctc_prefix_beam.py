@@ -104,7 +104,10 @@ class CtcPrefixBeamSearch:
         if log_probs.shape[0] == 0:
             return
         k = min(self.beam, log_probs.shape[1])
-        top_lp, top_ids = log_probs.detach().double().topk(k, dim=-1)  # (t, k)
+        # The top k first, then float64: the whole (t, V) in float64 is 8 bytes a logit, a second copy of a
+        # long recording's log-probabilities (the conversion is exact, so the same k are kept).
+        top_lp, top_ids = log_probs.detach().topk(k, dim=-1)  # (t, k)
+        top_lp = top_lp.double()
         for frame_lp, frame_ids in zip(top_lp.tolist(), top_ids.tolist()):
             self._step(frame_lp, frame_ids)
         self.num_frames += log_probs.shape[0]

@@ -6,7 +6,8 @@ decode.py, the quickstart all score WER this way, so their numbers agree:
 1. :func:`load_utterances` reads fbank features and reference text of the cuts
    in manifest order, skipping (and counting by reason) what cannot be scored;
 2. :func:`evaluate_utterances` decodes them in duration-sorted batches with
-   :func:`asr.decode.decode_batch`, once per mode, and scores every utterance.
+   :func:`asr.decode.decode_batch`'s two halves (encoded once, searched once per mode), and scores every
+   utterance.
 
 With a memory budget, a batch whose forward would not fit is decoded one utterance at a
 time, an utterance that fits only with the blocked attention is decoded with it, and one
@@ -29,8 +30,9 @@ from pathlib import Path
 import torch
 
 from asr.data.features import FRAME_SHIFT_S
-from asr.decode.batch import FUSED_MODES, MODES, decode_batch
-from asr.decode.memory import plan_batch
+from asr.decode.batch import FUSED_MODES, MODES, search_encoded
+from asr.decode.long_audio import encode_batch
+from asr.decode.memory import format_bytes, plan_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
@@ -135,7 +137,7 @@ class ModeResult:
     ``records``: one dict per utterance in manifest order (key, ref, hyp,
     word_errors, ref_words, char_errors, ref_chars, seconds); ``totals``: utterances,
     error and reference counts, wer, cer (fractions), decode_seconds (wall clock
-    of ``decode_batch``, encoder included) and rtf (decode_seconds / audio seconds).
+    of the mode's search and of the encoder, which the modes share) and rtf (decode_seconds / audio seconds).
     """
 
     records: list[dict]
@@ -191,7 +193,7 @@ def evaluate_utterances(
             the other modes decode without it, so a greedy row stays the acoustic baseline.
         biasing: hotwords for the same modes: one list for every utterance, or one per utterance key
             (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
-        progress: show a progress bar over the batches.
+        progress: show a progress bar in seconds of audio, moved as the encoder goes.
         memory_budget: bytes a forward may add at its peak (``asr.decode.memory``); None: no guard.
         segmenter: cut every utterance at its pauses (``asr.decode.segment``) and decode the pieces
             on their own; an utterance's hypothesis joins its pieces' in order, and it is scored whole.
@@ -211,11 +213,14 @@ def evaluate_utterances(
     seconds = dict.fromkeys(modes, 0.0)
     skipped, over_budget, blocked_units = Counter(eval_set.skipped), set(), 0
     batches = duration_batches([u.seconds for u in units], batch_seconds)
+    frames = [u.feats.size(0) for u in units]
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        batches = tqdm(list(batches), desc="decoding", unit="batch")
-    frames = [u.feats.size(0) for u in units]
+        # In seconds of audio, moved as the encoder goes: a long recording shows its way through, and the
+        # rate is audio seconds per second (1 / RTF).
+        bar = tqdm(total=round(sum(frames) * FRAME_SHIFT_S, 1), desc="decoding", unit="s audio")
     for batch in batches:
         groups, over = ([(batch, False)], []) if memory_budget is None else plan_batch(
             model, frames, batch, chunk_size, left_chunks, memory_budget)
@@ -223,18 +228,22 @@ def evaluate_utterances(
             if owner[i] not in over_budget:
                 skipped["over_memory_budget"] += 1
             over_budget.add(owner[i])
+            if bar is not None:
+                bar.update(frames[i] * FRAME_SHIFT_S)
             print(f"decode: skipped {units[i].key} ({units[i].seconds:.0f} s): decoding it this way needs about "
-                  f"{need / 2**30:.1f} GiB, over the {memory_budget / 2**30:.1f} GiB memory budget; decode it with "
+                  f"{format_bytes(need)}, over the {format_bytes(memory_budget)} memory budget; decode it with "
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
                   f"--memory-budget", file=sys.stderr)
         for group, forced in groups:
             blocked_units += len(group) if forced else 0
             group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
                              else [biasing.get(utts[owner[i]].key) for i in group])
-            _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, beam=beam,
+            _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, bar, beam=beam,
                           chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
                           reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
                           hotword_rescore_weight=hotword_rescore_weight)
+    if bar is not None:
+        bar.close()
     hyps = {m: [""] * len(utts) for m in modes}
     for m in modes:
         for i, hyp in zip(owner, unit_hyps[m]):  # pieces in order: join their words
@@ -280,21 +289,34 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
 
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
-                  hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, *,
-                  fusion: Fusion | None, biasing, **options) -> None:
+                  hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, bar, *,
+                  chunk_size: int, left_chunks: int, fusion: Fusion | None, biasing, **options) -> None:
     """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
     ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
-    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``)."""
+    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``); ``bar``: a progress bar in
+    seconds of audio (or None).
+
+    The group is encoded once for all modes (as ``decode_batch`` would each time); every mode's time
+    counts the encoder, so its RTF is the one it has alone.
+    """
     from asr.model.scorers import blocked
 
-    feats = torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True)  # (B, T, F)
+    # One utterance (as every long one is) as it is: padding copies it.
+    feats = (utts[group[0]].feats[None] if len(group) == 1 else
+             torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True))  # (B, T, F)
     lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
-    for mode in modes:
+    advance = None if bar is None else (lambda n: bar.update(n * FRAME_SHIFT_S))
+    with blocked.forced() if forced_blocked else contextlib.nullcontext():
         start = time.perf_counter()
-        with blocked.forced() if forced_blocked else contextlib.nullcontext():
+        enc_out, enc_lens = encode_batch(model, feats, lens, chunk_size, left_chunks, advance)  # (B, T', D)
+        encoding = time.perf_counter() - start
+        for mode in modes:
+            if bar is not None:
+                bar.set_postfix_str(mode)
+            start = time.perf_counter()
             fused = mode in FUSED_MODES
-            ids = decode_batch(model, feats, lens, mode, fusion=fusion if fused else None,
-                               biasing=biasing if fused else None, **options)
-        seconds[mode] += time.perf_counter() - start
-        for i, hyp in zip(group, ids):
-            hyps[mode][i] = tokenizer.decode(hyp)
+            ids = search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
+                                 biasing=biasing if fused else None, **options)
+            seconds[mode] += encoding + time.perf_counter() - start
+            for i, hyp in zip(group, ids):
+                hyps[mode][i] = tokenizer.decode(hyp)

@@ -17,7 +17,7 @@ to 6x (chunk 4) faster than streaming them one by one, with the same hypotheses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -35,13 +35,14 @@ def streams_chunks(chunk_size: int, left_chunks: int, out_frames: int) -> bool:
 
 
 def stream_chunks(encoder, feats: torch.Tensor, chunk_size: int, left_chunks: int,
-                  piece: int = STREAM_PIECE) -> Iterator[torch.Tensor]:
+                  piece: int = STREAM_PIECE, progress: Callable[[int], None] | None = None) -> Iterator[torch.Tensor]:
     """Encoder output of one utterance, chunk by chunk: (1, n', D) pieces that concatenate to
     ``encoder(feats[None], [T], chunk_size, left_chunks)``'s output.
 
     Args:
         encoder: a streaming encoder (``init_state``, ``stream_step``, ``online_cmn``).
         feats: (T, F) features of one utterance (before the model's normalization).
+        progress: called with the feature frames of each piece once it is encoded.
     """
     if feats.dim() != 2:
         raise ValueError(f"feats must be one utterance (T, F), got {tuple(feats.shape)}.")
@@ -54,25 +55,32 @@ def stream_chunks(encoder, feats: torch.Tensor, chunk_size: int, left_chunks: in
         if running is not None:
             x = running.push(x)
         out, state = encoder.stream_step(x, state, final=start + piece >= total)
+        if progress is not None:
+            progress(x.size(1))
         if out.size(1) > 0:
             yield out
 
 
 def encode_batch(model, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int = 0,
-                 left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+                 left_chunks: int = -1, progress: Callable[[int], None] | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``model.encode`` for decoding: (B, T, F), (B,) -> enc_out (B, T', D), enc_lens (B,).
 
     With bounded left context a long batch goes through :func:`stream_chunks` utterance by
     utterance (encoder memory independent of the length); otherwise, or for an encoder that
-    cannot stream, the (chunk-masked) forward. Both give the same frames.
+    cannot stream, the (chunk-masked) forward. Both give the same frames. ``progress`` is called
+    with the feature frames encoded: piece by piece when streaming, else the batch's once at the end.
     """
     encoder = model.encoder
     streamable = hasattr(encoder, "stream_step") and getattr(encoder, "causal", False)
     if not streamable or not streams_chunks(chunk_size, left_chunks, int(encoder.output_length(feats.size(1)))):
-        return model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)
+        encoded = model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)
+        if progress is not None:
+            progress(int(feat_lens.sum()))
+        return encoded
     outs = []
     for b, n in enumerate(feat_lens.tolist()):
-        chunks = list(stream_chunks(encoder, feats[b, :n], chunk_size, left_chunks))
+        chunks = list(stream_chunks(encoder, feats[b, :n], chunk_size, left_chunks, progress=progress))
         outs.append(torch.cat(chunks, dim=1)[0] if chunks else feats.new_zeros(0, encoder.output_size))  # (T'_b, D)
     enc_lens = torch.tensor([o.size(0) for o in outs], dtype=torch.long)
     return torch.nn.utils.rnn.pad_sequence(outs, batch_first=True), enc_lens  # (B, T', D)

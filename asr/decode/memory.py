@@ -62,6 +62,15 @@ def parse_bytes(text: str) -> int:
     return int(float(match.group(1)) * scale)
 
 
+def format_bytes(n: int) -> str:
+    """Bytes in the largest unit of :func:`parse_bytes` that keeps the number >= 1, to one decimal
+    (a whole number without it): 50M -> '50 MiB', 6G -> '6 GiB', 1536M -> '1.5 GiB'."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"
+
+
 @dataclass(frozen=True)
 class EncoderShape:
     """What the estimate needs to know of a :class:`ConformerEncoder`."""

@@ -334,15 +334,11 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: in
     """Load a training checkpoint, check that sherpa-onnx can run it as we do, write model.onnx + tokens.txt.
 
     Raises :class:`SherpaExportError` (what sherpa-onnx cannot reproduce, named), or the
-    checkpoint's own loading errors.
+    checkpoint's own loading errors (``asr.train.checkpoint_file.CheckpointError``: one without a
+    tokenizer among them).
     """
-    from asr.train.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
+    from asr.train.checkpoint import load_model
 
-    checkpoint = read_checkpoint(ckpt_path)
-    tokenizer_path = checkpoint.get("hyper_parameters", {}).get("tokenizer_path")
-    if TOKENIZER_KEY not in checkpoint and not (tokenizer_path and Path(tokenizer_path).exists()):
-        check_exportable_tokenizer(None)
-    del checkpoint
     model, tokenizer, cfg = load_model(ckpt_path)
     features = FeatureConfig.from_dict(cfg.features)
     check_exportable(model, features, chunk_size, left_chunks, tokenizer)

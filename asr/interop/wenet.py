@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import yaml
 
 from asr.interop.wenet_config import WenetImportError, WenetModelConfig, read_train_config
 from asr.interop.wenet_weights import map_state_dict
+from asr.train.checkpoint_file import CheckpointError, read_torch_file
 
 REQUIRED_FILES = ("final.pt", "train.yaml", "units.txt")
 CMVN_NAME = "global_cmvn"
@@ -51,14 +51,9 @@ class WenetImport:
 def load_wenet_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """final.pt as {name: tensor}; refuses pickles that need code and files that are not Wenet state dicts."""
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WenetImportError(f"{path}: refusing a pickle that needs code to load (weights_only=True: {first}); "
-                               "a checkpoint is untrusted input.") from None
-    except (RuntimeError, EOFError, OSError) as err:
-        raise WenetImportError(f"{path}: not a readable torch checkpoint ({type(err).__name__}: "
-                               f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}).") from None
+        data = read_torch_file(path)
+    except CheckpointError as err:  # missing, truncated, not torch's, carrying code: named in one line
+        raise WenetImportError(str(err)) from None
     if not isinstance(data, dict) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
         keys = sorted(data)[:5] if isinstance(data, dict) else type(data).__name__
         raise WenetImportError(f"{path}: not a Wenet checkpoint (expected a state dict of tensors, got {keys}).")
@@ -79,6 +74,8 @@ def read_units(path: Path) -> list[str]:
         parts = line.split()
         if len(parts) != 2 or not parts[1].isdigit():
             raise WenetImportError(f"{path}:{line_no}: expected 'unit id', got {line!r}.")
+        if int(parts[1]) in units:  # a later line would silently take the id of an earlier unit
+            raise WenetImportError(f"{path}:{line_no}: id {parts[1]} repeats (also {units[int(parts[1])]!r}).")
         units[int(parts[1])] = parts[0]
     if sorted(units) != list(range(len(units))):
         raise WenetImportError(f"{path}: ids must be 0..{len(units) - 1} without gaps or repeats.")

@@ -240,8 +240,10 @@ class AsrModel(nn.Module):
         if N == 0:
             return torch.zeros(0, device=device)
         T_valid = int(enc_len)
-        memory = enc_out[:, :T_valid].expand(N, -1, -1)  # (N, T', D)
-        memory_lens = torch.full((N,), T_valid, dtype=torch.long, device=device)
+        # One memory for every hypothesis: the decoders project its keys and values once, not N times
+        # (N copies of a long utterance's encoder output would dominate the memory of rescoring).
+        memory = enc_out[:, :T_valid]  # (1, T', D)
+        memory_lens = torch.full((1,), T_valid, dtype=torch.long, device=device)
         lens = torch.tensor([len(h) for h in hyps], dtype=torch.long, device=device)
         U = max(int(lens.max()), 1)
         tokens = torch.full((N, U), self.ignore_id, dtype=torch.long, device=device)

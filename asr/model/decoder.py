@@ -50,11 +50,15 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, self_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor
     ) -> torch.Tensor:
-        """x (B, U, D), self_mask (B, U, U), memory (B, T', D), memory_mask (B, 1, T') -> (B, U, D)."""
+        """x (B, U, D), self_mask (B, U, U), memory (1|B, T', D), memory_mask (1|B, 1, T') -> (B, U, D).
+
+        A memory of batch 1 is shared by every row: its keys and values are computed once and broadcast.
+        """
         attended, _ = self.self_attn(self.norm_self(x), self_mask)
         x = x + self.dropout(attended)
-        memory_kv = self.cross_attn.memory_kv(memory)  # (B, H, T', Dh) each
-        x = x + self.dropout(self.cross_attn.cross(self.norm_cross(x), memory_kv, memory_mask))
+        B = x.shape[0]
+        memory_kv = tuple(t.expand(B, -1, -1, -1) for t in self.cross_attn.memory_kv(memory))  # (B, H, T', Dh)
+        x = x + self.dropout(self.cross_attn.cross(self.norm_cross(x), memory_kv, memory_mask.expand(B, -1, -1)))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
     def step(
@@ -144,8 +148,9 @@ class TransformerDecoder(nn.Module):
         """Next-token logits at every prefix position.
 
         Args:
-            memory: (B, T', D) encoder output.
-            memory_lens: (B,) valid encoder frames per row. A row with 0 frames
+            memory: (B, T', D) encoder output, or (1, T', D) shared by every row (hypotheses of one
+                utterance: its cross-attention keys and values are then computed once, not B times).
+            memory_lens: (B,) (or (1,) with a shared memory) valid encoder frames per row. A row with 0 frames
                 (audio too short for the subsampling; the data module filters
                 these) gets a zero cross-attention context, so it stays finite.
             tokens: (B, U) decoder input ids starting with <sos>; padding must be a
@@ -155,8 +160,8 @@ class TransformerDecoder(nn.Module):
             (B, U, V) logits; position u depends only on tokens[:, :u+1].
         """
         B, U = tokens.shape
-        if memory.shape[0] != B:
-            raise ValueError(f"memory batch ({memory.shape[0]}) != tokens batch ({B}).")
+        if memory.shape[0] not in (1, B):
+            raise ValueError(f"memory batch ({memory.shape[0]}) must be 1 (shared) or the tokens batch ({B}).")
         device = tokens.device
         causal = torch.ones(U, U, dtype=torch.bool, device=device).tril()  # (U, U)
         if token_lens is None:
@@ -164,7 +169,7 @@ class TransformerDecoder(nn.Module):
         else:
             # Key padding on top of causality; row u still sees key 0 (<sos>), so no row is empty.
             self_mask = causal[None] & padding_mask(token_lens, U)[:, None, :]  # (B, U, U)
-        memory_mask = padding_mask(memory_lens, memory.shape[1])[:, None, :]  # (B, 1, T')
+        memory_mask = padding_mask(memory_lens, memory.shape[1])[:, None, :]  # (1|B, 1, T')
 
         x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, U, D)
         x = x + absolute_sinusoids(0, U, self.d_model, x)  # (U, D) broadcast over B

@@ -2,7 +2,7 @@
 
 The source is any checkpoint ``asr.train.checkpoint.load_model`` reads: a training checkpoint
 of this toolkit, an averaged one, or an imported Wenet model (``scripts/import_wenet.py``).
-It is read with ``torch.load(weights_only=True)``: a checkpoint is untrusted input.
+It is read as untrusted input (``weights_only=True``), and checked like every checkpoint an entry point takes.
 
 What is built (``finetune.keep_architecture``):
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from asr.train.checkpoint import TOKENIZER_KEY, model_state_dict, unpack_tokenizer
+from asr.train.checkpoint import model_state_dict, read_model_checkpoint
 
 # Parameters with one row per vocabulary entry (V, ...): re-mapped row by row on a new tokenizer.
 VOCAB_TENSORS = ("ctc_proj.weight", "ctc_proj.bias", "embed.weight", "output.weight", "output.bias")
@@ -73,24 +73,12 @@ class InitReport:
 
 
 def read_source(path: str | Path) -> Source:
-    """Read a checkpoint for ``init_from`` (``weights_only=True``), with a clear error when it is not one."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"init_from: checkpoint {str(path)!r} does not exist.")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001  (an unpickling error names the offending global)
-        raise ValueError(f"init_from: {path} cannot be read as plain weights ({type(err).__name__}: "
-                         f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}).") from None
-    hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}
-    if "model_kwargs" not in hparams or "state_dict" not in checkpoint:
-        raise ValueError(f"init_from: {path} is not a checkpoint of this toolkit (no hyper_parameters['model_kwargs'] "
-                         "and state_dict; import a Wenet model with scripts/import_wenet.py first).")
-    if TOKENIZER_KEY not in checkpoint:
-        raise ValueError(f"init_from: {path} carries no tokenizer files ({TOKENIZER_KEY}); its token rows "
-                         "cannot be matched to this run's tokenizer.")
-    return Source(path, dict(hparams["model_kwargs"]), model_state_dict(checkpoint),
-                  unpack_tokenizer(checkpoint[TOKENIZER_KEY]), hparams.get("features"))
+    """Read a checkpoint for ``init_from`` as untrusted input (``asr.train.checkpoint.read_model_checkpoint``):
+    a file that is not a usable model of this toolkit is a one-line ``CheckpointError`` naming why."""
+    checkpoint, tokenizer, _ = read_model_checkpoint(path)
+    hparams = checkpoint["hyper_parameters"]
+    return Source(Path(path), dict(hparams["model_kwargs"]), model_state_dict(checkpoint), tokenizer,
+                  hparams.get("features"))
 
 
 def check_source_features(source: Source, features: Any) -> None:

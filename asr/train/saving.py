@@ -18,8 +18,8 @@ class TopKAndLastCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` whose ``last.ckpt`` (``save_last=True``) is refreshed at every validation.
 
     The top-k rule is Lightning's own. The refresh is skipped when this validation already
-    saved (the parent then wrote ``last.ckpt`` itself), during the sanity check, and in runs
-    that checkpoint at train-epoch end (the parent handles those).
+    saved (the parent then wrote ``last.ckpt`` itself), during the sanity check, in ``validate()``,
+    under ``fast_dev_run``, and in runs that checkpoint at train-epoch end (the parent handles those).
     """
 
     @property
@@ -29,6 +29,12 @@ class TopKAndLastCheckpoint(ModelCheckpoint):
         # that name (asr.train.checkpoint.top_k_checkpoints) find them in new ones.
         own = super().state_key
         return ModelCheckpoint.__qualname__ + own[len(type(self).__qualname__):]
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The parent writes last.ckpt at the end of any fit that saved none, fast_dev_run included, which
+        # promises to checkpoint nothing: a smoke run pointed at a real run's folder would replace its last.ckpt.
+        if not trainer.fast_dev_run:
+            super().on_train_end(trainer, pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)

@@ -70,3 +70,18 @@ def test_a_code_bug_is_not_reported_as_corrupt_audio(tmp_path, monkeypatch, bug)
     with pytest.raises(type(bug)) as err:
         load_audio(tmp_path / "fine.wav")
     assert err.value is bug and not isinstance(err.value, AudioError)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_samples_are_their_own_skip_reason(tmp_path, bad):
+    samples = (0.1 * np.random.default_rng(0).standard_normal((8000, 2))).astype(np.float32)
+    samples[1234, 1] = bad  # one sample of one channel: the downmix would carry it to every frame after
+    sf.write(tmp_path / "bad.wav", samples, 16000, subtype="FLOAT")
+    with pytest.raises(AudioError) as err:
+        load_audio(tmp_path / "bad.wav")
+    assert err.value.reason == "audio_nonfinite" and "\n" not in str(err.value)
+    assert "1 non-finite samples (NaN or inf) of 16000" in str(err.value) and "bad.wav" in str(err.value)
+    # the same samples, finite and as large as float32 goes, still load: the check does not overflow
+    samples[1234, 1] = np.finfo(np.float32).max
+    sf.write(tmp_path / "loud.wav", samples, 16000, subtype="FLOAT")
+    assert load_audio(tmp_path / "loud.wav").numel() == 8000

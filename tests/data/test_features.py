@@ -6,6 +6,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from asr.data import features
 from asr.data.fbank_reference import reference_fbank
 from asr.data.features import (
     LEGACY, PRESETS, SHERPA, FbankExtractor, FbankStream, FeatureConfig, load_feature_config, noise_floor_log_mel,
@@ -71,6 +72,31 @@ def test_stream_in_pieces_is_the_whole_utterance(config):
     parts = [stream.accept(wave[i : i + 700]) for i in range(0, 9000, 700)] + [stream.finish()]
     assert torch.equal(torch.cat(parts), FbankExtractor(config)(wave))
     assert stream.samples_seen == 9000
+
+
+@pytest.mark.parametrize("config", [LEGACY, SHERPA], ids=["legacy", "sherpa"])
+def test_a_long_waveform_is_extracted_in_pieces_as_in_one(config, monkeypatch):
+    wave = 0.1 * torch.randn(9000, generator=torch.Generator().manual_seed(4))
+    stream = FbankStream(config)
+    whole = torch.cat([stream.accept(wave), stream.finish()])
+    monkeypatch.setattr(features, "EXTRACT_PIECE", 1000)  # nine pieces, the last frames at the end
+    assert torch.equal(FbankExtractor(config)(wave), whole)
+
+
+@pytest.mark.parametrize("backend", ["knf", "torchaudio"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_samples_are_refused_in_one_line_and_a_stream_goes_on(backend, bad):
+    wave = 0.1 * torch.randn(4000, generator=torch.Generator().manual_seed(3))
+    broken = wave.clone()
+    broken[3000] = bad
+    with pytest.raises(ValueError, match=r"1 non-finite samples \(NaN or inf\) of 4000"):
+        FbankExtractor(LEGACY, backend)(broken)
+    stream = FbankStream(LEGACY)
+    head = stream.accept(wave[:2000])
+    with pytest.raises(ValueError, match="non-finite"):
+        stream.accept(broken[2000:])  # refused before kaldi-native-fbank sees it: the stream is intact
+    rest = [stream.accept(wave[2000:]), stream.finish()]
+    assert torch.equal(torch.cat([head, *rest]), FbankExtractor(LEGACY)(wave))
 
 
 @pytest.mark.parametrize("config", [LEGACY, SHERPA], ids=["legacy", "sherpa"])

@@ -41,3 +41,23 @@ def test_total_equals_plain_wer():
         errors += editdistance.eval(ref.split(), hyp.split())
         words += len(ref.split())
     assert counter.wer == pytest.approx(errors / words)
+
+
+def test_a_listed_word_counts_every_time_the_reference_holds_it():
+    counter = BiasedErrorCounter()
+    counts = counter.add("anna met anna and bob", "anna met hannah and bob", ["anna"])
+    assert counts == {"u_errors": 0, "b_errors": 1, "ref_words": 5, "biased_words": 2}
+    assert counter.b_wer == pytest.approx(1 / 2) and counter.u_wer == 0.0
+
+
+def test_an_empty_hypothesis_misses_every_reference_word_once():
+    # Every reference word is deleted: each is a B or a U error, so both rates are exactly 1,
+    # whatever the list and however often a word repeats.
+    rng = random.Random(2)
+    for _ in range(100):
+        ref = " ".join(rng.choice("ab cd ef gh".split()) for _ in range(rng.randint(1, 8)))
+        counter = BiasedErrorCounter()
+        counts = counter.add(ref, "", ["cd", "xy"])
+        assert counts["b_errors"] == counts["biased_words"]
+        assert counts["u_errors"] == counts["ref_words"] - counts["biased_words"]
+        assert counter.b_wer in (0.0, 1.0) and counter.u_wer in (0.0, 1.0)

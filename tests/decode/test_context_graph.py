@@ -91,8 +91,11 @@ def test_nested_phrases_and_shared_prefixes():
 
 
 def test_duplicate_phrases_keep_the_highest_score_and_bad_phrases_are_refused():
-    graph = ContextGraph([((1, 2), 1.0), ((1, 2), 4.0)])
-    assert graph.sentence_score([1, 2]) == pytest.approx(8.0)
+    for listed in ([((1, 2), 1.0), ((1, 2), 4.0)], [((1, 2), 4.0), ((1, 2), 1.0)]):  # the higher one last, first
+        graph = ContextGraph(listed)
+        assert graph.phrases == {(1, 2): 4.0}
+        assert graph.sentence_score([1, 2]) == pytest.approx(8.0)
+        assert graph.walk([1])[1] == pytest.approx(4.0)  # the prefix holds the higher score's potential too
     with pytest.raises(ValueError, match="at least one token"):
         ContextGraph([((), 1.0)])
     with pytest.raises(ValueError, match="finite"):

@@ -57,6 +57,35 @@ def test_unfinished_phrases_leave_the_final_ranking_as_without_biasing(seed):
     assert [h for h, _ in biased.nbest(complete=False)] == [h for h, _ in expected]
 
 
+def test_a_held_token_is_one_token_to_the_graph():
+    # Two frames of "k" (0.6) or "l" (0.39), hardly any blank: "l" held over both frames is one l (a CTC
+    # repeat, merged), never the listed "l l", which needs a blank between its two l's.
+    probs = torch.tensor([[0.01, 0.39, 0.6], [0.01, 0.39, 0.6]])
+    graph = ContextGraph([((1, 1), 5.0)])
+    assert ctc_prefix_beam_search(probs.log(), 3)[0][0] == [2]
+    nbest = ctc_prefix_beam_search(probs.log(), 3, 0, None, graph, unbiased_keep=0)
+    assert nbest[0][0] == [2]  # "l" earns nothing: the bonus of the doubled letter would put it first
+    # With a blank between them, two l's are the phrase and earn its bonus.
+    spelled = torch.tensor([[0.01, 0.39, 0.6], [0.6, 0.01, 0.39], [0.01, 0.39, 0.6]])
+    assert ctc_prefix_beam_search(spelled.log(), 3, 0, None, graph, unbiased_keep=0)[0][0] == [1, 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("beam", [3, 10_000])
+def test_every_prefix_holds_the_graph_score_of_its_own_tokens(seed, beam):
+    # Phrases with repeated tokens: however a prefix was reached (a new token, a repeat merged into
+    # its last token, a blank), its running score is the graph's walk over its tokens, so rankings
+    # are CTC plus the graph's own scores, pruned (beam 3) or not.
+    lp = random_log_probs(seed, 6, 4)
+    graph = ContextGraph([((1, 1), 3.0), ((2, 1, 1), 2.0), ((1, 2), 1.0), ((3, 3, 3), 1.5)])
+    search = CtcPrefixBeamSearch(beam, 0, context=graph, unbiased_keep=0)
+    search.advance(lp)
+    for complete, score in ((True, graph.sentence_score), (False, lambda h: graph.walk(h)[1])):
+        nbest = search.nbest(complete=complete)
+        biased = [ctc + score(h) for h, ctc in nbest]
+        assert all(a >= b - 1e-9 for a, b in zip(biased, biased[1:])), (complete, nbest)
+
+
 def test_room_for_unbiased_prefixes_saves_what_was_said_from_a_failed_phrase():
     # Said: 1 5 1. The phrase (2, 5, 3) starts with frame 0's runner-up and goes on with frame 1's 5:
     # its provisional bonus fills a two-prefix beam with (2,) and (2, 5), the phrase then fails, and

@@ -56,6 +56,15 @@ def test_compiled_graph_spells_the_phrases_with_the_models_tokens(spm_tok):
     assert biasing.graph.sentence_score(spm_tok.encode("the new office")) == 0.0
 
 
+@pytest.mark.parametrize("order", [1, -1], ids=["higher-last", "higher-first"])
+def test_a_phrase_listed_twice_keeps_its_higher_score_in_either_order(char_tok, order):
+    # "Anna " normalizes to "anna"; "bob" without a score has the default, above its listed 1.
+    entries = [("anna", 2.0), ("Anna ", 5.0), ("bob", None), ("bob", 1.0)][::order]
+    biasing = HotwordCompiler(char_tok, cache_size=0).compile(entries)
+    assert biasing.phrases == (("anna", 5.0), ("bob", DEFAULT_HOTWORD_SCORE))
+    assert biasing.graph.sentence_score(char_tok.encode("anna")) == pytest.approx(4 * 5.0)
+
+
 def test_bad_lists_get_one_line_errors(char_tok):
     compiler = HotwordCompiler(char_tok)
     assert compiler.compile([]) is None

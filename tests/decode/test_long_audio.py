@@ -51,6 +51,22 @@ def test_chunked_decoding_streams_and_equals_the_masked_forward(monkeypatch, pos
     assert hyps == ctc_greedy(model.ctc_log_probs(masked), masked_lens, model.blank_id)
 
 
+def test_progress_counts_every_feature_frame(monkeypatch):
+    model = tiny("rel_xl")
+    feats, lens = batch([90, 50])
+    seen = []
+    with torch.no_grad():
+        list(stream_chunks(model.encoder, feats[0], 4, 0, piece=40, progress=seen.append))
+        assert seen == [40, 40, 10]  # piece by piece, as each is encoded
+        seen.clear()
+        monkeypatch.setattr(long_audio, "STREAM_MIN_FRAMES", 5)  # this batch streams, utterance by utterance
+        encode_batch(model, feats, lens, 4, 0, progress=seen.append)
+        assert seen == [90, 50]  # one STREAM_PIECE each
+        seen.clear()
+        encode_batch(model, feats, lens, 0, -1, progress=seen.append)  # the forward: the batch's, at its end
+        assert seen == [140]
+
+
 class LargestTensor(TorchDispatchMode):
     """The largest tensor any op allocates (elements; views of existing tensors allocate nothing)."""
 

@@ -6,7 +6,7 @@ import torch
 
 from asr.data.features import FRAME_SHIFT_S
 from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
-from asr.decode.memory import estimate_encode_bytes, parse_bytes, plan_batch
+from asr.decode.memory import estimate_encode_bytes, format_bytes, parse_bytes, plan_batch
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
 from asr.model.scorers import blocked as blocked_attention
@@ -35,6 +35,12 @@ def test_parse_bytes():
     assert parse_bytes("1000") == 1000
     with pytest.raises(ValueError, match="8G"):
         parse_bytes("lots")
+
+
+def test_sizes_are_printed_in_the_unit_they_were_given_in():
+    assert [format_bytes(parse_bytes(t)) for t in ("50M", "6G", "1536M", "512k", "2T")] == \
+        ["50 MiB", "6 GiB", "1.5 GiB", "512 KiB", "2 TiB"]
+    assert format_bytes(1000) == "1000 bytes" and format_bytes(parse_bytes("0.3G")) == "307.2 MiB"
 
 
 def test_estimates_grow_as_they_should():
@@ -83,3 +89,5 @@ def test_a_tiny_budget_switches_to_blocked_attention_or_skips_and_counts(capsys,
     assert result.modes["ctc_greedy"].totals["utterances"] == 2
     message = capsys.readouterr().err.strip().splitlines()
     assert len(message) == 1 and "u1" in message[0] and "--chunk-size 16 --left-chunks 4" in message[0]
+    assert f"over the {format_bytes((short + blocked) // 2)} memory budget" in message[0]
+    assert "0.0 GiB" not in message[0]  # a budget of a few MiB, as it was printed

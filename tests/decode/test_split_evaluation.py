@@ -49,10 +49,14 @@ def manifest(tmp_path_factory):
         cuts.append(make_cut(f"good{i}", make_recording(f"good{i}", root / f"good{i}.wav"), f"alpha {WORDS[i]}"))
     (root / "corrupt.wav").write_bytes(b"RIFF garbage")
     sf.write(root / "short.wav", np.zeros(100, dtype=np.float32), SAMPLE_RATE)  # under one 25 ms frame
+    nan = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    nan[500] = np.nan
+    sf.write(root / "nan.wav", nan, SAMPLE_RATE, subtype="FLOAT")
     bad = [
         make_cut("notext", make_recording("notext", root / "good0.wav"), "  "),
         make_cut("missing", _recording("missing", root / "nope.wav"), "alpha"),
         make_cut("corrupt", _recording("corrupt", root / "corrupt.wav"), "alpha"),
+        make_cut("nan", _recording("nan", root / "nan.wav"), "alpha"),
         make_cut("short", _recording("short", root / "short.wav", 100 / SAMPLE_RATE), "alpha"),
     ]
     # Bad cuts sit between the good ones: skipping must not reorder what is kept.
@@ -63,7 +67,8 @@ def manifest(tmp_path_factory):
 def test_load_keeps_manifest_order_and_counts_each_skip_reason(manifest):
     data = load_utterances(manifest)
     assert [u.key for u in data.utterances] == ["good0", "good1", "good2"]
-    assert data.skipped == {"empty_text": 1, "audio_missing": 1, "audio_corrupt": 1, "audio_too_short": 1}
+    assert data.skipped == {"empty_text": 1, "audio_missing": 1, "audio_corrupt": 1, "audio_nonfinite": 1,
+                            "audio_too_short": 1}
     first = data.utterances[0]
     assert first.text == "alpha alpha" and first.seconds == pytest.approx(0.9, abs=1 / SAMPLE_RATE)
     assert first.feats.shape == (88, 80)  # 1 + (14400 - 400) // 160: 25 ms windows every 10 ms

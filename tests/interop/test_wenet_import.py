@@ -163,7 +163,7 @@ def test_refuses_a_pickle_that_needs_code(tmp_path):
         with open(folder / "final.pt", "wb") as f:
             pickle.dump({"encoder.x": _Payload()}, f)
 
-    assert "needs code to load" in refusal(tmp_path, poison)
+    assert "carries code (refused: loading it could run code): its pickle names builtins.print" in refusal(tmp_path, poison)
 
 
 def test_refuses_unsupported_encoder_and_unknown_options(tmp_path):

@@ -140,6 +140,26 @@ def test_score_hypotheses_equals_stepwise_attention_log_probs():
     assert torch.allclose(mixed, 0.75 * scores + 0.25 * r2l, atol=1e-5)
 
 
+def test_hypotheses_share_one_memory_projected_once(monkeypatch):
+    model = make_model(2).double()
+    feats, feat_lens, _, _ = make_batch(2)
+    enc, enc_lens = model.encode(feats[:1, :45].double(), feat_lens[1:2])
+    tokens = torch.tensor([[SOS, 3, 1, 4], [SOS, 5, 0, 0], [SOS, 2, 2, 0]])
+    token_lens = torch.tensor([4, 2, 3])
+    shared = model.decoder(enc, enc_lens, tokens, token_lens)  # (1, T', D) for 3 rows
+    copied = model.decoder(enc.expand(3, -1, -1).contiguous(), enc_lens.expand(3), tokens, token_lens)
+    torch.testing.assert_close(shared, copied, rtol=0, atol=1e-12)
+    # Rescoring an n-best projects the utterance's keys and values once per layer, for one row:
+    # N copies of a long utterance's encoder output made its memory grow N-fold.
+    rows = []
+    for layer in model.decoder.layers:
+        project = layer.cross_attn.memory_kv
+        monkeypatch.setattr(layer.cross_attn, "memory_kv", lambda m, project=project: rows.append(m.size(0))
+                            or project(m))
+    model.score_hypotheses(enc, enc_lens[0], [[3, 1, 4], [], [5], [2, 2]])
+    assert rows == [1] * len(model.decoder.layers)
+
+
 def l2r_copy_of_r2l(model: AsrModel) -> AsrModel:
     """The same model whose left-to-right decoder holds the right-to-left decoder's weights."""
     ref = make_model(decoder_layers=1, r2l_decoder_layers=0, reverse_weight=0.0)

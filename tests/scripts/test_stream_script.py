@@ -58,7 +58,11 @@ def audio_files(tmp_path_factory) -> dict[str, Path]:
     sf.write(stereo, 0.1 * rng.standard_normal((8000 * 3, 2)).astype(np.float32), 8000)
     corrupt = tmp / "corrupt.wav"
     corrupt.write_bytes(b"RIFF not really a wav")
-    return {"mono": mono, "stereo": stereo, "corrupt": corrupt, "missing": tmp / "missing.wav"}
+    nan = tmp / "nan.wav"
+    samples = 0.1 * rng.standard_normal(16000).astype(np.float32)
+    samples[8000] = np.nan
+    sf.write(nan, samples, 16000, subtype="FLOAT")
+    return {"mono": mono, "stereo": stereo, "corrupt": corrupt, "missing": tmp / "missing.wav", "nan": nan}
 
 
 def test_help_runs_as_a_script():
@@ -68,14 +72,16 @@ def test_help_runs_as_a_script():
 
 
 def test_streams_good_files_reports_bad_ones_and_matches_offline_decoding(checkpoint, audio_files, capsys):
-    files = [audio_files[k] for k in ("mono", "missing", "stereo", "corrupt")]
+    files = [audio_files[k] for k in ("mono", "missing", "nan", "stereo", "corrupt")]
     argv = ["--checkpoint", str(checkpoint), "--chunk-ms", "320", "--chunk-size", "4", "--left-chunks", "2",
             "--beam", "4", "--reverse-weight", "0.3"] + [str(f) for f in files]
     code = stream.main(argv)
     out, err = capsys.readouterr()
     assert code == 1
     err_lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(err_lines) == 2 and "missing.wav" in err_lines[0] and "corrupt.wav" in err_lines[1]
+    assert len(err_lines) == 3 and "missing.wav" in err_lines[0] and "corrupt.wav" in err_lines[2]
+    assert "nan.wav" in err_lines[1] and "non-finite samples (NaN or inf)" in err_lines[1]
+    assert err.splitlines()[-1] == "3 of 5 files failed"
     assert "Traceback" not in err
     assert "== mono16k.wav (2.00 s)" in out and "== stereo8k.flac (3.00 s)" in out
     assert out.count("RTF ") == 2 and out.count("p95 ") == 2
@@ -93,7 +99,7 @@ def test_streams_good_files_reports_bad_ones_and_matches_offline_decoding(checkp
 
 def test_bad_checkpoint_and_arguments(audio_files, tmp_path, capsys):
     assert stream.main(["--checkpoint", str(tmp_path / "nope.ckpt"), str(audio_files["mono"])]) == 2
-    assert "cannot load checkpoint" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: checkpoint {str(tmp_path / 'nope.ckpt')!r} does not exist\n"
     with pytest.raises(SystemExit):
         stream.main(["--checkpoint", "x", "--chunk-size", "0", "a.wav"])
     assert "--chunk-size (0)" in capsys.readouterr().err

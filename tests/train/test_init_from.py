@@ -7,7 +7,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from asr.data.tokenizer import load_tokenizer, write_char_units
+from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
 from asr.model.asr_model import build_asr_model
 from asr.train.checkpoint import load_model, model_state_dict
 from asr.train.init_from import Source, load_source_weights, pieces, read_source
@@ -58,6 +58,54 @@ def test_shared_rows_kept_bit_for_bit_and_new_rows_reinitialized(tmp_path):
     assert any("7 of 9 rows kept" in line for line in report.lines())
 
 
+def reordered_sentencepiece(model_path, out_dir):
+    """The same sentencepiece model with its pieces in reverse order (the two specials stay at ids 0 and 1):
+    each piece keeps its score and type, so the same text is split into the same pieces, with other ids."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_path.read_bytes())
+    pieces = [sentencepiece_model_pb2.ModelProto.SentencePiece() for _ in proto.pieces]
+    for piece, copied in zip(pieces, proto.pieces):
+        piece.CopyFrom(copied)
+    del proto.pieces[2:]
+    proto.pieces.extend(pieces[2:][::-1])
+    out_dir.mkdir()
+    (out_dir / model_path.name).write_bytes(proto.SerializeToString())
+    return out_dir / model_path.name
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "units"])
+def test_the_same_pieces_in_another_order_are_copied_by_piece(tmp_path, kind):
+    if kind == "sentencepiece":
+        old_path = train_sentencepiece(["the cat sat on the mat", "a dog on a log"] * 10, tmp_path / "old", 24,
+                                       model_type="unigram")
+        new_path = reordered_sentencepiece(old_path, tmp_path / "new")
+    else:
+        old_path = write_char_units(["abc de"], tmp_path / "old")
+        units = [line.split()[0] for line in old_path.read_text(encoding="utf-8").splitlines()]
+        new_path = tmp_path / "new" / "units.txt"
+        new_path.parent.mkdir()
+        reordered = units[:2] + units[2:-1][::-1] + units[-1:]
+        new_path.write_text("".join(f"{u} {i}\n" for i, u in enumerate(reordered)), encoding="utf-8")
+    old_tok, new_tok = load_tokenizer(old_path), load_tokenizer(new_path)
+    assert sorted(pieces(old_tok)) == sorted(pieces(new_tok)) and pieces(old_tok) != pieces(new_tok)
+    if kind == "sentencepiece":  # the same split into pieces, other ids
+        text = "the dog sat on a mat"
+        assert [old_tok.id_to_piece(i) for i in old_tok.encode(text)] == \
+            [new_tok.id_to_piece(i) for i in new_tok.encode(text)] and old_tok.encode(text) != new_tok.encode(text)
+    source_model = small_model(old_tok, seed=1)
+    fresh = small_model(new_tok, seed=2)
+    report = load_source_weights(fresh, Source(tmp_path, {}, source_model.state_dict(), old_tok), new_tok)
+    old_ids = {p: i for i, p in enumerate(pieces(old_tok))}
+    source, after = source_model.state_dict(), fresh.state_dict()
+    for name, (kept, total) in report.rows_kept.items():
+        assert kept == total == new_tok.vocab_size
+        for i, piece in enumerate(pieces(new_tok)):
+            assert torch.equal(after[name][i], source[name][old_ids[piece]]), (name, piece)
+    assert "ctc_proj.weight" in report.rows_kept and not report.reinitialized
+
+
 def test_mismatched_shapes_are_reinitialized_with_the_reason(tmp_path):
     tok = char_tokenizer(tmp_path / "t", ["abc"])
     source = Source(tmp_path, {}, {**small_model(tok, 1).state_dict(), "extra.weight": torch.ones(2)}, tok)
@@ -71,7 +119,7 @@ def test_mismatched_shapes_are_reinitialized_with_the_reason(tmp_path):
 
 
 def test_read_source_refuses_what_is_not_a_checkpoint(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="does not exist"):
         read_source(tmp_path / "missing.ckpt")
     torch.save({"weights": torch.ones(2)}, tmp_path / "plain.pt")
     with pytest.raises(ValueError, match="not a checkpoint of this toolkit"):

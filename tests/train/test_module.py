@@ -5,7 +5,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from asr.train.config import DebugConfig, SchedulerConfig, StreamingConfig
+from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
 from asr.train.module import AsrLightningModule
 from asr.train.trace import BatchTrace, parameter_checksum
 
@@ -87,6 +87,31 @@ def test_lr_follows_warmup_per_optimizer_step(tmp_path):
     _trainer(tmp_path, callbacks=[Spy()]).fit(module, train_dataloaders=_loader(random_batches(4)))
     # warmup 2 then inverse sqrt: factors 1/2, 1, sqrt(2/3), sqrt(2/4)
     assert lrs == pytest.approx([1e-3 * f for f in (0.5, 1.0, (2 / 3) ** 0.5, 0.5 ** 0.5)])
+
+
+def test_the_encoder_is_frozen_for_exactly_the_first_n_steps(tmp_path):
+    frozen = 2
+    torch.manual_seed(0)
+    module = AsrLightningModule(model=tiny_model(), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+                                tokenizer=LetterTokenizer(), scheduler=SchedulerConfig(warmup_steps=1),
+                                streaming=StreamingConfig(max_chunk=4, val_chunk_size=2),
+                                finetune=FinetuneConfig(freeze_encoder_steps=frozen))
+    moved = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.before = [p.detach().clone() for p in pl_module.model.parameters()]
+            self.encoder = {id(p) for p in pl_module.model.encoder.parameters()}
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            changed = [not torch.equal(b, p) for b, p in zip(self.before, pl_module.model.parameters())]
+            params = list(pl_module.model.parameters())
+            moved.append((any(c for c, p in zip(changed, params) if id(p) in self.encoder),
+                          any(c for c, p in zip(changed, params) if id(p) not in self.encoder)))
+
+    _trainer(tmp_path, callbacks=[Watch()]).fit(module, train_dataloaders=_loader(random_batches(4)))
+    # steps 1..N leave the encoder as it was, step N + 1 moves it; the rest moves at every step
+    assert moved == [(step >= frozen, True) for step in range(4)]
 
 
 def test_bad_val_chunk_raises():

@@ -47,3 +47,48 @@ def test_keeps_lightnings_state_key_so_old_checkpoints_resume_with_their_records
     assert TopKAndLastCheckpoint(**kwargs).state_key == ModelCheckpoint(**kwargs).state_key
     saved = train(TopKAndLastCheckpoint, tmp_path / "run")
     assert any(name.startswith("ModelCheckpoint{") for name in saved["callbacks"])
+
+
+def _callback(out):
+    return TopKAndLastCheckpoint(dirpath=out, filename="step{step}", monitor="val_wer", mode="min", save_top_k=1,
+                                 save_last=True)
+
+
+def _quiet_trainer(out, **kwargs):
+    return pl.Trainer(callbacks=[_callback(out)], logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, limit_val_batches=1, **kwargs)
+
+
+def _data():
+    return DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4)
+
+
+def test_the_sanity_check_writes_no_last_checkpoint(tmp_path):
+    seen = []
+
+    class AfterSanity(pl.Callback):
+        def on_sanity_check_end(self, trainer, pl_module):
+            seen.append((tmp_path / "last.ckpt").exists())
+
+    trainer = _quiet_trainer(tmp_path, max_steps=2, val_check_interval=2, num_sanity_val_steps=1)
+    trainer.callbacks.append(AfterSanity())
+    trainer.fit(PlateauModule(), _data(), _data())
+    assert seen == [False]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == 2
+
+
+def test_validate_leaves_the_run_checkpoints_alone(tmp_path):
+    module = PlateauModule()
+    _quiet_trainer(tmp_path, max_steps=2, val_check_interval=2, num_sanity_val_steps=0).fit(module, _data(), _data())
+    written = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    with torch.no_grad():
+        module.layer.weight.add_(1.0)  # weights that are not the run's: a rewrite would show them
+    # val_check_interval in steps, as the configs set it: validation is not tied to the epoch's end
+    _quiet_trainer(tmp_path, val_check_interval=2).validate(module, _data(), verbose=False)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == written  # no last-v1.ckpt either
+
+
+def test_fast_dev_run_writes_no_checkpoint(tmp_path):
+    # Lightning's own callback writes last.ckpt when such a fit ends (it saved none on the way).
+    _quiet_trainer(tmp_path, fast_dev_run=2, val_check_interval=2).fit(PlateauModule(), _data(), _data())
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
