@@ -597,7 +597,8 @@ class Recognizer:
     def _final_result(self, stream: Stream) -> Result:
         """Rescore the utterance's CTC n-best and time its words."""
         utt = stream._utt
-        span = (utt.start_frame * self.frame_s, (utt.start_frame + utt.frames) * self.frame_s)
+        origin = stream._segment_start_s  # stream time of the audio segment's frame 0 (a VAD drops audio)
+        span = (origin + utt.start_frame * self.frame_s, origin + (utt.start_frame + utt.frames) * self.frame_s)
         nbest = stream._search.nbest()
         if not nbest or utt.frames == 0:
             return Result([Hypothesis("", ())], True, stream._segment, span)
@@ -610,7 +611,7 @@ class Recognizer:
             order = scores.argsort(descending=True).tolist()
             nbest = [nbest[i] for i in order]
         log_probs = torch.cat(utt.log_probs)  # (T', V)
-        offset_s = stream._segment_start_s + utt.start_frame * self.frame_s
+        offset_s = span[0]
         hyps = []
         for tokens, _ in nbest:
             spans = ctc_align(log_probs, tokens, self.model.blank_id)

@@ -48,10 +48,11 @@ class ScriptedCtc:
         return lp
 
 
-def scripted(model, tokenizer, speech, reset, online_cmn=0.0, onnx_path=None):
+def scripted(model, tokenizer, speech, reset, online_cmn=0.0, onnx_path=None, cmn_gate_db=0.0):
     clone = copy.deepcopy(model)
     clone.decoder = None  # finals are the CTC best path: the test reads its words
     clone.encoder.online_cmn_frames = online_cmn
+    clone.encoder.online_cmn_gate_db = cmn_gate_db
     head = ScriptedCtc(speech, model.ctc_proj.out_features)
     clone.ctc_log_probs = head
     chunk_encoder = None
@@ -115,6 +116,8 @@ def test_speech_in_the_endpoints_chunk_starts_the_next_utterance_at_its_stream_t
     assert first[0].start == pytest.approx(3 * rec.frame_s) and first[-1].end == pytest.approx(25 * rec.frame_s)
     # Stream time: the reset (and its rewind) did not move the second sentence.
     assert second[0].start == pytest.approx(52 * rec.frame_s) and second[-1].end == pytest.approx(71 * rec.frame_s)
+    # The first utterance ends at the split point, where the second begins.
+    assert finals[0].span == pytest.approx((0.0, 50 * rec.frame_s)) and finals[1].span[0] == pytest.approx(2.0)
 
 
 def utterances(rec, stream, wave):
@@ -169,18 +172,24 @@ def test_both_resets_normalize_and_encode_the_next_utterance_as_a_fresh_stream(m
     assert not torch.allclose(frames[1], carried_on[: frames[1].size(0)], atol=1e-3)  # the reset mattered
 
 
-@pytest.mark.parametrize("reset, fresh_sums", [("cmn", True), ("none", False)])
-def test_cmn_reset_restarts_the_running_sums_at_the_endpoint(model, tokenizer, reset, fresh_sums):
-    counts = []
+@pytest.mark.parametrize("gate_db", [0.0, 10.0])
+@pytest.mark.parametrize("reset", ["cmn", "none"])
+def test_cmn_reset_restarts_the_running_sums_at_the_endpoint(model, tokenizer, reset, gate_db):
+    seen = []
 
     def look(stream):
-        if not stream.is_endpoint():  # just after reset(): the queued frames are all the sums hold, or not
-            counts.append((stream._frontend._norm._count, len(stream._queue)))
+        if not stream.is_endpoint():  # just after reset()
+            seen.append((copy.deepcopy(stream._frontend._norm.state), stream._queue._raw, len(stream._queue)))
 
-    rec, stream = scripted(model, tokenizer, SPEECH, reset, online_cmn=20.0)
+    rec, stream = scripted(model, tokenizer, SPEECH, reset, online_cmn=20.0, cmn_gate_db=gate_db)
     run(rec, stream, noise(4.4, 3, SAMPLE_RATE), on_endpoint=look)
-    count, queued = counts[0]
-    assert (count == queued) == fresh_sums and count >= queued
+    state, raw, queued = seen[0]
+    if reset == "cmn":  # the sums hold the frames waiting for the encoder, as a fresh stream's would
+        fresh = rec.model.encoder.online_cmn().stream()
+        fresh.push(raw)
+        assert torch.equal(state.count, fresh.state.count) and torch.allclose(state.sums, fresh.state.sums)
+    else:  # the frames before the endpoint still count
+        assert float(state.count) > queued
 
 
 @pytest.mark.parametrize("reset", RESETS)

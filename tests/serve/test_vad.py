@@ -176,6 +176,8 @@ def test_vad_segments_decode_with_word_times_in_stream_time(model, tokenizer, se
     for final, (start, end) in zip(finals, bounds):
         assert final.words, "the tiny model emits tokens on speech"
         assert all(start - 1e-6 <= w.start < w.end <= end + 1e-6 for w in final.words)
+        # The utterance's span is its segment's audio, in stream time too.
+        assert final.span[0] == pytest.approx(start) and start < final.span[1] <= end + 1e-6
 
 
 def test_single_stream_api_drops_leading_silence(model, tokenizer, sentence):
