@@ -157,21 +157,16 @@ def stream_files(paths: list[str], uri: str, piece_s: float = 0.1, realtime: boo
 
     failed = 0
 
-    def fail(path: str, message: str) -> None:
+    def fail(path: str | None, message: str) -> None:
         nonlocal failed
-        print(f"error: {path}: {message}", file=sys.stderr, flush=True)
+        print(f"error: {message}" if path is None else f"error: {path}: {message}", file=sys.stderr, flush=True)
         failed += 1
 
     for path in paths:
         try:
             wave = load_audio(path, target_sr=SAMPLE_RATE).numpy()
-        except AudioError as err:
-            fail(path, str(err))
-            continue
-        try:
-            check_finite(wave)
-        except ValueError as err:
-            fail(path, f"{err}; nothing sent")
+        except AudioError as err:  # its message names the file
+            fail(None, f"{err}; nothing sent" if err.reason == "audio_nonfinite" else str(err))
             continue
         seconds = len(wave) / SAMPLE_RATE
         print(f"== {Path(path).name} ({seconds:.2f} s)", flush=True)

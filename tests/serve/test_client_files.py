@@ -53,8 +53,8 @@ def test_non_finite_samples_get_a_one_line_error_and_are_not_sent(model, tokeniz
         failed = stream_files([str(broken), wav], f"ws://127.0.0.1:{server.port}", realtime=False)
     out = capsys.readouterr()
     assert failed == 1 and "== a.wav" in out.out and "broken.wav" not in out.out  # the next file goes on
-    assert out.err.strip().splitlines() == [f"error: {broken}: 2 of 16000 samples are not finite numbers (NaN or inf); "
-                                            f"nothing sent"]
+    assert out.err.strip().splitlines() == [f"error: audio holds 2 non-finite samples (NaN or inf) of 16000: "
+                                            f"{broken}; nothing sent"]
     with pytest.raises(ValueError, match="1 of 3 samples are not finite"):
         float_to_pcm16(np.array([0.0, bad, 0.5]))
 
