@@ -15,6 +15,19 @@ Usage:
         # full context: a forward that would not fit 6 GiB takes the blocked attention, or is skipped with advice
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --segment-at-pauses
         # long audio and passages: cut at pauses >= --min-pause s, each piece decoded alone, each cut scored whole
+    python scripts/decode.py --checkpoint CKPT recordings/          # any audio: no corpus, no --data-dir
+    python scripts/decode.py --checkpoint CKPT a.wav b.flac c.mp3
+    python scripts/decode.py --checkpoint CKPT data/test/data.list  # Wenet data.list (key/wav/txt): scored
+    python scripts/decode.py --checkpoint CKPT data/test/wav.scp    # Kaldi wav.scp, scored with the text beside it
+    python scripts/decode.py --checkpoint CKPT test_manifest.json   # NeMo manifest (audio_filepath/duration/text)
+    python scripts/decode.py --checkpoint CKPT recordings/ --text refs.txt   # references as Kaldi "key text" lines
+
+Inputs (positional; asr/data/inputs.py): audio files or folders (searched recursively for
+wav/flac/mp3/ogg/opus), a Wenet data.list, a Kaldi wav.scp or data folder, a NeMo or a Lhotse manifest;
+relative audio paths resolve against the folder of the file naming them. The checkpoint carries
+the tokenizer, the fbank options and the CMVN, so nothing else is needed. With references the
+modes are scored; without, each <mode>.jsonl holds (key, hyp, seconds), <mode>.text the Kaldi-style
+"key hypothesis" lines, and the table says that no WER was computed.
 
 Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
 minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
@@ -22,7 +35,7 @@ minute of audio), exact and in memory linear in the length; every setting is che
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
-seconds) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
+seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
 Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm][_hotwords].
 The evaluation itself is asr.decode.evaluate, the one the ablation uses too.
@@ -42,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
-from asr.decode.evaluate import evaluate_utterances, load_utterances  # noqa: E402
+from asr.data.inputs import hypothesis_lines  # noqa: E402
+from asr.decode.evaluate import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
 from asr.decode.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
@@ -56,8 +70,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="checkpoint written by scripts/train.py (or averaged); --ckpt is an old alias")
     parser.add_argument("--modes", default="ctc_greedy,attention_rescoring",
                         help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("inputs", nargs="*",
+                        help="audio files or folders, a Wenet data.list, a Kaldi wav.scp, a NeMo or Lhotse manifest "
+                             "(default: --split of the corpus the model was trained on)")
+    parser.add_argument("--text", help="references for the inputs: Kaldi-style 'key transcript' lines")
     parser.add_argument("--split", default="test", help="data split: cuts_<split>.jsonl.gz in the data dir")
-    parser.add_argument("--cuts", help="explicit CutSet file (overrides --split)")
+    parser.add_argument("--cuts", help="explicit CutSet file (overrides --split); relative audio paths resolve "
+                                       "against its folder, or --data-dir when given")
     parser.add_argument("--data-dir", help="corpus folder (default: the one the model was trained on)")
     parser.add_argument("--max-utts", type=int, help="decode only the first N usable cuts (default: all)")
     parser.add_argument("--chunk-size", type=int, default=0, help="encoder chunk (frames); 0 = full context")
@@ -112,8 +131,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def default_out_dir(args: argparse.Namespace) -> Path:
-    run_dir = Path(args.checkpoint).resolve().parent.parent
-    name = Path(args.cuts).name.split(".")[0] if args.cuts else args.split
+    ckpt = Path(args.checkpoint).resolve()
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent  # an imported .ckpt: beside it
+    source = args.inputs[0] if args.inputs else args.cuts
+    name = Path(source).name.split(".")[0] if source else args.split
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
     lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "") + ("_hotwords" if args.hotwords else "")
     lm += "_pauses" if args.segment_at_pauses else ""
@@ -140,7 +161,10 @@ def format_table(summary: dict) -> str:
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
-        lines.append(f"{mode:<22}{100 * r['wer']:>8.2f}{100 * r['cer']:>8.2f}{r['utterances']:>7}{r['rtf']:>8.3f}")
+        rates = "".join(f"{'-':>8}" if r[k] is None else f"{100 * r[k]:>8.2f}" for k in ("wer", "cer"))
+        lines.append(f"{mode:<22}{rates}{r['utterances']:>7}{r['rtf']:>8.3f}")
+    if not summary.get("references", True):
+        lines.append("no references: hypotheses written (<mode>.jsonl, <mode>.text), no WER computed")
     memory = summary.get("memory")
     if memory and memory["blocked_attention_utterances"]:
         lines.append(f"blocked attention (over the {format_bytes(memory['budget_bytes'])} budget otherwise): "
@@ -159,18 +183,27 @@ def main(argv: list[str] | None = None) -> dict:
     except CheckpointError as err:
         print(f"decode: {err}", file=sys.stderr)
         sys.exit(2)
-    data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
-    if data_dir is None:
-        sys.exit(f"decode: {args.checkpoint} stores no data.data_dir; pass --data-dir")
-    data_dir = Path(data_dir)
-    cuts = Path(args.cuts) if args.cuts else data_dir / f"cuts_{args.split}.jsonl.gz"
+    features = FeatureConfig.from_dict(cfg.features)
     try:
+        if args.inputs or (args.cuts and not args.data_dir):
+            sources = args.inputs or [args.cuts]
+            cuts = ", ".join(sources)
+            eval_set = load_inputs(sources, args.text, args.max_utts, features)
+        else:
+            data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
+            if data_dir is None:
+                sys.exit(f"decode: {args.checkpoint} stores no data.data_dir: name what to decode (audio files, a "
+                         "folder, a data.list, a wav.scp, a NeMo or Lhotse manifest) or pass --data-dir")
+            cuts = Path(args.cuts) if args.cuts else Path(data_dir) / f"cuts_{args.split}.jsonl.gz"
+            eval_set = load_utterances(cuts, data_dir, args.max_utts, features)
         fusion = fusion_from_args(args, tokenizer)
         biasing = biasing_from_args(args, tokenizer)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # InputError is a ValueError
         sys.exit(f"decode: {err}")
+    if not eval_set.utterances:
+        sys.exit(f"decode: no utterances to decode in {cuts} (skipped: {dict(eval_set.skipped) or 'none'})")
     result = evaluate_utterances(
-        model, tokenizer, load_utterances(cuts, data_dir, args.max_utts, FeatureConfig.from_dict(cfg.features)),
+        model, tokenizer, eval_set,
         args.modes,
         chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
@@ -182,7 +215,9 @@ def main(argv: list[str] | None = None) -> dict:
     for mode, mode_result in result.modes.items():
         lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in mode_result.records)
         (out_dir / f"{mode}.jsonl").write_text("".join(lines), encoding="utf-8")
-    summary = {"ckpt": str(args.checkpoint), "cuts": str(cuts), "max_utts": args.max_utts, **result.summary()}
+        (out_dir / f"{mode}.text").write_text(hypothesis_lines(mode_result.records), encoding="utf-8")
+    summary = {"ckpt": str(args.checkpoint), "cuts": str(cuts), "max_utts": args.max_utts,
+               "references": eval_set.references, **result.summary()}
     if args.lm:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
     if args.word_lm:

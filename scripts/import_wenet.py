@@ -8,7 +8,9 @@ Usage:
     python scripts/train.py data.data_dir=data/mine init_from=exp/wenet/imported.ckpt   # fine-tune
 
 WENET_DIR holds final.pt, train.yaml, units.txt, global_cmvn (Wenet's JSON or Kaldi's text
-form) and, for BPE units, bpe.model. The checkpoint keeps Wenet's token ids (units.txt order),
+form) and, for BPE units, bpe.model (Wenet 1.x-3.x layouts; where train.yaml names no tokenizer,
+bpe.model present means BPE units; a final.pt wrapping its state dict under "model" or
+"state_dict" is unwrapped). The checkpoint keeps Wenet's token ids (units.txt order),
 its fbank options (train.yaml dataset_conf.fbank_conf) and computes Wenet's function: a
 rel_pos encoder becomes position scheme wenet_rel (an abs_pos one abs_sin). Anything the
 importer cannot map (another encoder, an unknown option, a tensor no layer uses, a pickle

@@ -31,6 +31,8 @@ Usage:
       --shar-dir data/libri/shar --shard-size 1000   # + the train split as Shar shards (data.shar_dir=...)
   python scripts/prepare_data.py --corpus wenet --src train=/x/train/data.list dev=/x/dev/data.list \
       test=/x/test/data.list --data-dir data/mycorpus          # same SPLIT=PATH form for kaldi / nemo
+  python scripts/prepare_data.py --corpus kaldi --src test=/x/data/test --data-dir data/mytest
+      # only the splits given: without a train split no tokenizer, LM or CMVN is built (a checkpoint has its own)
 """
 
 from __future__ import annotations
@@ -251,6 +253,13 @@ def main(argv: list[str] | None = None) -> None:
 
     # lazy: tokenizer text and CMVN cuts are streamed, memory stays flat in the corpus size
     train_path = out / "cuts_train.jsonl.gz"
+    if not train_path.is_file():
+        # A test-only corpus is valid: a checkpoint carries its own tokenizer, fbank options and CMVN.
+        print(f"no train split: tokenizer, LMs and CMVN are built from one, so none were made; decode a split "
+              f"with: python scripts/decode.py --checkpoint CKPT --cuts {out}/cuts_<split>.jsonl.gz")
+        print(f"manifests: {sorted(p.name for p in out.glob('cuts_*.jsonl.gz'))} in {out}")
+        print(f"done in {time.perf_counter() - started:.1f} s")
+        return
     train = read_cuts(train_path, out, lazy=True)
     texts = (cut_text(c) for c in train)
     tok_dir = out / "tokenizer"

@@ -11,6 +11,13 @@ Usage:
     python scripts/stream.py --checkpoint last.ckpt --chunk-ms 320 --chunk-size 8 --left-chunks 4 a.wav
     python scripts/stream.py --checkpoint last.ckpt --lm data/synth/lm/4gram.arpa.gz a.wav   # + token LM
     python scripts/stream.py --checkpoint last.ckpt --hotwords names.txt --hotword-score 2 a.wav   # + hotwords
+    python scripts/stream.py --checkpoint last.ckpt recordings/ data.list wav.scp   # folders and manifests too
+    python scripts/stream.py --checkpoint last.ckpt recordings/ --text refs.txt --out-dir streamed/   # + WER
+
+Inputs: audio files, folders (searched recursively), a Wenet data.list, a Kaldi wav.scp, a NeMo or
+Lhotse manifest (asr/data/inputs.py). Where they carry references (or --text gives them as Kaldi
+"key text" lines) the final texts are scored (WER/CER); --out-dir writes stream.jsonl and a
+Kaldi-style stream.text of the final texts.
 
 Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
@@ -21,6 +28,7 @@ cannot be loaded).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -51,7 +59,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
-    parser.add_argument("audio", nargs="+", help="audio files (wav/flac/...; any rate, mono or stereo)")
+    parser.add_argument("audio", nargs="+", help="audio files (wav/flac/...; any rate, mono or stereo), folders, "
+                                                 "a data.list, a wav.scp, a NeMo or Lhotse manifest")
+    parser.add_argument("--text", help="references: Kaldi-style 'key transcript' lines (key: a file's name "
+                                       "without its suffix)")
+    parser.add_argument("--out-dir", type=Path, help="write stream.jsonl and stream.text (key final-text) here")
     parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
     parser.add_argument("--chunk-ms", type=float, default=640.0, help="audio fed per call, in ms (default 640)")
     parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per attention chunk (default 16)")
@@ -123,8 +135,9 @@ def stream_file(recognizer, wave: torch.Tensor, piece_samples: int, out=None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from asr.data.audio import AudioError, load_audio
+    from asr.data.audio import AudioError
     from asr.data.features import FeatureConfig
+    from asr.data.inputs import InputError, stream_items
     from asr.streaming.recognizer import StreamingRecognizer
     from asr.train.checkpoint import CheckpointError
 
@@ -146,19 +159,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     piece_samples = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
-    failed = 0
-    for path in args.audio:
+    try:
+        found = stream_items(args.audio, args.text)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in found.errors:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    failed, records = len(found.errors), []
+    for item in found.items:
         try:
-            wave = load_audio(path, target_sr=SAMPLE_RATE)
+            wave = item.load()
         except AudioError as err:
-            print(f"error: {path}: {err}", file=sys.stderr, flush=True)
+            print(f"error: {item.source if isinstance(item.source, Path) else item.key}: {err}", file=sys.stderr,
+                  flush=True)
             failed += 1
             continue
-        print(f"== {Path(path).name} ({wave.numel() / SAMPLE_RATE:.2f} s)", flush=True)
-        stream_file(recognizer, wave, piece_samples)
+        print(f"== {item.name} ({wave.numel() / SAMPLE_RATE:.2f} s)", flush=True)
+        stats = stream_file(recognizer, wave, piece_samples)
+        records.append({"key": item.key, "ref": item.text, "hyp": stats["text"], "seconds": stats["duration_s"]})
+    report_streamed(records, found.skipped, args.out_dir)
     if failed:
-        print(f"{failed} of {len(args.audio)} files failed", file=sys.stderr)
+        print(f"{failed} of {len(found.items) + len(found.errors)} inputs failed", file=sys.stderr)
     return 1 if failed else 0
+
+
+def report_streamed(records: list[dict], skipped, out_dir: Path | None) -> None:
+    """Score the final texts that have references (WER/CER), say what was skipped, write them to out_dir."""
+    from asr.data.inputs import hypothesis_lines
+    from asr.decode.wer import ErrorCounter
+
+    if skipped:
+        print(f"skipped entries: {', '.join(f'{k} {n}' for k, n in sorted(skipped.items()))}")
+    scored = ErrorCounter()
+    for r in records:
+        if r["ref"] is not None:
+            scored.add(r["ref"], r["hyp"], key=r["key"])
+    if scored.records:
+        print(f"WER {100 * scored.wer:.2f}% CER {100 * scored.cer:.2f}% over the {len(scored.records)} of "
+              f"{len(records)} utterances with references")
+    elif records:
+        print("no references: no WER computed")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "stream.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                                              encoding="utf-8")
+        (out_dir / "stream.text").write_text(hypothesis_lines(records), encoding="utf-8")
+        print(f"results: {out_dir}")
 
 
 if __name__ == "__main__":

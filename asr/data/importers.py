@@ -49,10 +49,11 @@ def make_recording(rec_id: str, path: str | Path, skipped: Counter | None = None
 
 
 def make_cut(
-    cut_id: str, rec: Recording, text: str, start: float = 0.0, duration: float | None = None,
+    cut_id: str, rec: Recording, text: str | None, start: float = 0.0, duration: float | None = None,
     speaker: str | None = None, language: str | None = None,
 ) -> MonoCut:
-    """One cut over [start, start + duration) of `rec` with a single supervision covering it."""
+    """One cut over [start, start + duration) of `rec` with a single supervision covering it
+    (text None: audio without a reference)."""
     duration = rec.duration - start if duration is None else min(duration, rec.duration - start)
     sup = SupervisionSegment(
         id=cut_id, recording_id=rec.id, start=0.0, duration=duration, channel=0, text=text,
@@ -61,8 +62,10 @@ def make_cut(
     return MonoCut(id=cut_id, start=start, duration=duration, channel=0, recording=rec, supervisions=[sup])
 
 
-def import_wenet(data_list: str | Path, skipped: Counter | None = None) -> CutSet:
-    """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` (relative wav paths are taken from the list's folder)."""
+def import_wenet(data_list: str | Path, skipped: Counter | None = None, require_text: bool = True) -> CutSet:
+    """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` (relative wav paths are taken from the list's folder).
+
+    require_text=False (audio to decode without references): `txt` may be absent (the cut then has no text)."""
     data_list = Path(data_list)
     cuts = []
     for line_no, line in enumerate(data_list.read_text("utf-8").splitlines(), 1):
@@ -70,17 +73,18 @@ def import_wenet(data_list: str | Path, skipped: Counter | None = None) -> CutSe
             continue
         try:
             entry = json.loads(line)
-            key, wav, txt = entry["key"], entry["wav"], entry["txt"]
+            key, wav = entry["key"], entry["wav"]
+            txt = entry["txt"] if require_text else entry.get("txt")
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             _skip(skipped, "bad_manifest_line", f"{data_list}:{line_no}: {err!r}")
             continue
         rec = make_recording(key, _resolve(wav, data_list.parent), skipped)
         if rec is not None:
-            cuts.append(make_cut(key, rec, squeeze_spaces(txt)))
+            cuts.append(make_cut(key, rec, None if txt is None else squeeze_spaces(txt)))
     return CutSet.from_cuts(cuts)
 
 
-def _read_table(path: Path) -> dict[str, str]:
+def read_table(path: Path) -> dict[str, str]:
     """Kaldi `key value...` table."""
     table = {}
     for line in path.read_text("utf-8").splitlines():
@@ -96,10 +100,18 @@ def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet
     for required in ("wav.scp", "text"):
         if not (data_dir / required).is_file():
             raise FileNotFoundError(f"Kaldi data dir {data_dir} lacks {required}")
-    wav_scp, texts = _read_table(data_dir / "wav.scp"), _read_table(data_dir / "text")
-    utt2spk = _read_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
+    return kaldi_cuts(data_dir / "wav.scp", read_table(data_dir / "text"), skipped)
+
+
+def kaldi_cuts(wav_scp: Path, texts: dict[str, str] | None, skipped: Counter | None = None) -> CutSet:
+    """The cuts of a `wav.scp` (relative paths from its folder) with the `segments` and `utt2spk`
+    beside it; `texts` (utterance -> transcript): an utterance without one is skipped and counted;
+    None: no references, every utterance is kept without text."""
+    data_dir = wav_scp.parent
+    wav_table = read_table(wav_scp)
+    utt2spk = read_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
     recordings: dict[str, Recording | None] = {}
-    for rec_id, value in wav_scp.items():
+    for rec_id, value in wav_table.items():
         if value.endswith("|"):
             _skip(skipped, "unsupported_wav_command", f"{rec_id}: piped wav.scp command {value!r}")
             recordings[rec_id] = None
@@ -108,14 +120,14 @@ def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet
     # without segments every recording is one utterance with the same id
     if (data_dir / "segments").is_file():
         segments = {}
-        for utt, value in _read_table(data_dir / "segments").items():
+        for utt, value in read_table(data_dir / "segments").items():
             parts = value.split()
             try:
                 segments[utt] = (parts[0], float(parts[1]), float(parts[2]))
             except (IndexError, ValueError):
                 _skip(skipped, "bad_manifest_line", f"segments entry {utt!r}: {value!r}")
     else:
-        segments = {utt: (utt, 0.0, -1.0) for utt in wav_scp}
+        segments = {utt: (utt, 0.0, -1.0) for utt in wav_table}
     cuts = []
     for utt, (rec_id, start, end) in segments.items():
         rec = recordings.get(rec_id)
@@ -124,7 +136,7 @@ def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet
             continue
         if rec is None:
             continue  # already counted when the recording was read
-        if utt not in texts:
+        if texts is not None and utt not in texts:
             _skip(skipped, "no_transcript", f"{utt}: not in text")
             continue
         # the segments columns are start and end times (end -1: to the end of the recording), not a duration
@@ -133,12 +145,15 @@ def import_kaldi(data_dir: str | Path, skipped: Counter | None = None) -> CutSet
             _skip(skipped, "bad_manifest_line",
                   f"segment {utt}: [{start}, {end}) is empty or past the end of {rec_id} ({rec.duration:.2f} s)")
             continue
-        cuts.append(make_cut(utt, rec, squeeze_spaces(texts[utt]), start, stop - start, utt2spk.get(utt)))
+        text = None if texts is None else squeeze_spaces(texts[utt])
+        cuts.append(make_cut(utt, rec, text, start, stop - start, utt2spk.get(utt)))
     return CutSet.from_cuts(cuts)
 
 
-def import_nemo(manifest: str | Path, skipped: Counter | None = None) -> CutSet:
-    """NeMo manifest: JSON lines with `audio_filepath`, `duration`, `text`, optional `offset`."""
+def import_nemo(manifest: str | Path, skipped: Counter | None = None, require_text: bool = True) -> CutSet:
+    """NeMo manifest: JSON lines with `audio_filepath`, `duration`, `text`, optional `offset`.
+
+    require_text=False (audio to decode without references): `text` may be absent (the cut then has no text)."""
     manifest = Path(manifest)
     cuts, seen = [], Counter()
     for line_no, line in enumerate(manifest.read_text("utf-8").splitlines(), 1):
@@ -146,7 +161,8 @@ def import_nemo(manifest: str | Path, skipped: Counter | None = None) -> CutSet:
             continue
         try:
             entry = json.loads(line)
-            path, text = entry["audio_filepath"], entry["text"]
+            path = entry["audio_filepath"]
+            text = entry["text"] if require_text else entry.get("text")
             duration, offset = float(entry["duration"]), float(entry.get("offset", 0.0))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             _skip(skipped, "bad_manifest_line", f"{manifest}:{line_no}: {err!r}")
@@ -157,7 +173,7 @@ def import_nemo(manifest: str | Path, skipped: Counter | None = None) -> CutSet:
         seen[stem] += 1
         rec = make_recording(stem, _resolve(path, manifest.parent), skipped)
         if rec is not None:
-            cuts.append(make_cut(cut_id, rec, squeeze_spaces(text), offset, duration))
+            cuts.append(make_cut(cut_id, rec, None if text is None else squeeze_spaces(text), offset, duration))
     return CutSet.from_cuts(cuts)
 
 
@@ -169,7 +185,7 @@ def import_librispeech(root: str | Path, skipped: Counter | None = None) -> dict
         cuts = []
         for trans in sorted(split_dir.glob("*/*/*.trans.txt")):
             speaker = trans.parent.parent.name
-            for utt, text in _read_table(trans).items():
+            for utt, text in read_table(trans).items():
                 rec = make_recording(utt, trans.parent / f"{utt}.flac", skipped)
                 if rec is not None:
                     cuts.append(make_cut(utt, rec, squeeze_spaces(text), speaker=speaker, language="en"))
@@ -190,7 +206,7 @@ def import_aishell(root: str | Path, skipped: Counter | None = None) -> dict[str
     trans_file = root / "transcript" / "aishell_transcript_v0.8.txt"
     if not trans_file.is_file():
         raise FileNotFoundError(f"AISHELL-1 transcript not found: {trans_file}")
-    texts = {k: "".join(v.split()) for k, v in _read_table(trans_file).items()}
+    texts = {k: "".join(v.split()) for k, v in read_table(trans_file).items()}
     splits: dict[str, CutSet] = {}
     for split_dir in sorted(p for p in (root / "wav").iterdir() if p.is_dir()):
         cuts = []

@@ -51,19 +51,23 @@ class Utterance:
 
 @dataclass
 class EvalSet:
-    """The utterances of a cut set, in manifest order, and the cuts skipped on the way (reason -> count)."""
+    """The utterances of a cut set, in manifest order, and the cuts skipped on the way (reason -> count).
+    ``references``: False for audio without reference text (decoded, not scored)."""
 
     utterances: list[Utterance]
     skipped: Counter = field(default_factory=Counter)
+    references: bool = True
 
 
-def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_utts: int | None = None,
-                skipped: Counter | None = None, min_samples: int | None = None,
+def usable_cuts(cuts_path, data_dir: str | Path | None = None, max_utts: int | None = None,
+                skipped: Counter | None = None, min_samples: int | None = None, references: bool = True,
                 ) -> Iterator[tuple[object, str, torch.Tensor]]:
     """(cut, reference text, audio (n,) at SAMPLE_RATE) of the first ``max_utts`` usable cuts (None: all).
 
-    A cut is skipped and counted in ``skipped``, never fatal, when its text is empty
-    (``empty_text``), its audio cannot be read (the ``AudioError`` reason:
+    ``cuts_path``: a manifest file, or a CutSet whose audio paths are already resolved
+    (``asr.data.inputs``). A cut is skipped and counted in ``skipped``, never fatal, when its
+    text is empty (``empty_text``; not with ``references=False``: audio to decode without
+    references, its text is ""), its audio cannot be read (the ``AudioError`` reason:
     ``audio_missing``, ``audio_corrupt``, ...) or is shorter than one fbank frame
     (``audio_too_short``: under ``min_samples``, default one legacy window); the reasons are
     those the training data loader counts.
@@ -73,6 +77,8 @@ def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_u
     from asr.data.audio import AudioError, cut_waveform
     from asr.data.dataset import cut_text
     from asr.data.features import SAMPLE_RATE, FbankExtractor
+    from lhotse import CutSet
+
     from asr.data.manifest import read_cuts
 
     if max_utts is not None and max_utts < 1:
@@ -80,11 +86,12 @@ def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_u
     skipped = skipped if skipped is not None else Counter()
     min_samples = FbankExtractor().min_samples if min_samples is None else min_samples
     used = 0
-    for cut in read_cuts(cuts_path, data_dir):
+    cuts = cuts_path if isinstance(cuts_path, CutSet) else read_cuts(cuts_path, data_dir)
+    for cut in cuts:
         if max_utts is not None and used >= max_utts:
             return
         text = cut_text(cut)
-        if not text:
+        if not text and references:
             skipped["empty_text"] += 1
             continue
         try:
@@ -99,18 +106,31 @@ def usable_cuts(cuts_path: str | Path, data_dir: str | Path | None = None, max_u
         yield cut, text, audio
 
 
-def load_utterances(cuts_path: str | Path, data_dir: str | Path | None = None,
-                    max_utts: int | None = None, features=None) -> EvalSet:
-    """Features and references of the first ``max_utts`` usable cuts of a manifest (None: all);
+def load_utterances(cuts_path, data_dir: str | Path | None = None,
+                    max_utts: int | None = None, features=None, references: bool = True,
+                    skipped: Counter | None = None) -> EvalSet:
+    """Features and references of the first ``max_utts`` usable cuts of a manifest or CutSet (None: all);
     the skip rules are :func:`usable_cuts`'s. ``features``: the model's fbank options
-    (``asr.data.features.FeatureConfig``, from its checkpoint; None: LEGACY)."""
+    (``asr.data.features.FeatureConfig``, from its checkpoint; None: LEGACY). ``references=False``:
+    audio without references, decoded and not scored; ``skipped``: counts so far (e.g. an input reader's)."""
     from asr.data.features import SAMPLE_RATE, FbankExtractor
 
     extractor = FbankExtractor(features)
-    skipped: Counter = Counter()
+    skipped = Counter(skipped or {})
     utts = [Utterance(cut.id, text, extractor(audio), audio.numel() / SAMPLE_RATE)
-            for cut, text, audio in usable_cuts(cuts_path, data_dir, max_utts, skipped, extractor.min_samples)]
-    return EvalSet(utts, skipped)
+            for cut, text, audio in usable_cuts(cuts_path, data_dir, max_utts, skipped, extractor.min_samples,
+                                                references)]
+    return EvalSet(utts, skipped, references)
+
+
+def load_inputs(sources, text=None, max_utts: int | None = None, features=None) -> EvalSet:
+    """:func:`load_utterances` of audio files, folders, a Wenet data.list, a Kaldi wav.scp, a NeMo or a
+    Lhotse manifest (``asr.data.inputs``: no corpus folder needed), references from the sources or
+    the Kaldi-style ``text`` file; an entry the reader cannot use is counted as skipped."""
+    from asr.data.inputs import read_inputs
+
+    inputs = read_inputs(sources, text)
+    return load_utterances(inputs.cuts, None, max_utts, features, inputs.references, inputs.skipped)
 
 
 def duration_batches(seconds: Sequence[float], batch_seconds: float) -> Iterator[list[int]]:
@@ -138,6 +158,7 @@ class ModeResult:
     word_errors, ref_words, char_errors, ref_chars, seconds); ``totals``: utterances,
     error and reference counts, wer, cer (fractions), decode_seconds (wall clock
     of the mode's search and of the encoder, which the modes share) and rtf (decode_seconds / audio seconds).
+    Without references a record is (key, hyp, seconds) and wer, cer are None.
     """
 
     records: list[dict]
@@ -252,12 +273,15 @@ def evaluate_utterances(
     audio_s = sum(utts[i].seconds for i in decoded)
     results = {}
     for mode in modes:
+        timing = {"decode_seconds": seconds[mode], "rtf": seconds[mode] / audio_s if audio_s else float("nan")}
+        if not eval_set.references:  # hypotheses only: nothing to score them against
+            records = [{"key": utts[i].key, "hyp": hyps[mode][i], "seconds": utts[i].seconds} for i in decoded]
+            results[mode] = ModeResult(records, {"utterances": len(records), "wer": None, "cer": None, **timing})
+            continue
         counter = ErrorCounter()
         for i in decoded:
             counter.add(utts[i].text, hyps[mode][i], key=utts[i].key, seconds=utts[i].seconds)
-        totals = {**counter.summary(), "decode_seconds": seconds[mode],
-                  "rtf": seconds[mode] / audio_s if audio_s else float("nan")}
-        results[mode] = ModeResult(counter.records, totals)
+        results[mode] = ModeResult(counter.records, {**counter.summary(), **timing})
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
                 "lm": None if fusion is None else fusion.settings()}

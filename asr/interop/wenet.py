@@ -9,6 +9,13 @@ saves what ``asr.train.checkpoint.load_model`` reads: the model kwargs, the stat
 tokenizer files (Wenet's token ids unchanged) and the feature options Wenet computed its
 fbank with (``hyper_parameters["features"]``, the names of ``asr.data.features``).
 
+Every released layout: Wenet 3.x names its tokenizer in train.yaml; 2.x saved no tokenizer keys
+(the BPE model was a command-line argument) and keeps ``cmvn_file`` at the top level; 1.x holds
+its fbank options in ``collate_conf``. Where train.yaml does not say, a ``bpe.model`` in the folder
+means BPE units and word-piece units without one are refused: a wrong guess would turn every
+fine-tuning target into ``<unk>``. A ``final.pt`` that wraps its state dict (``{"model": sd,
+"epoch": ...}``, ``state_dict``) is unwrapped, with a note.
+
 The imported model computes Wenet's function: position scheme ``wenet_rel`` for ``rel_pos``
 (``abs_sin`` for ``abs_pos``), the causal conv module padded at its input as Wenet pads it,
 a batch-norm conv module folded into its depthwise conv. ``final.pt`` is untrusted input:
@@ -33,6 +40,8 @@ from asr.train.checkpoint_file import CheckpointError, read_torch_file
 REQUIRED_FILES = ("final.pt", "train.yaml", "units.txt")
 CMVN_NAME = "global_cmvn"
 BPE_NAME = "bpe.model"
+# Keys under which training checkpoints keep the model's state dict (Wenet's own and common wrappers).
+WRAPPER_KEYS = ("model", "state_dict")
 # CMVN from the global_cmvn file and from final.pt's buffers must agree this closely.
 CMVN_TOLERANCE = 1e-3
 
@@ -48,12 +57,16 @@ class WenetImport:
     notes: list[str]
 
 
-def load_wenet_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """final.pt as {name: tensor}; refuses pickles that need code and files that are not Wenet state dicts."""
+def load_wenet_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """final.pt as {name: tensor}; refuses pickles that need code and files that are not Wenet state dicts.
+
+    A state dict saved inside a training checkpoint (``{"model": sd, "epoch": ...}`` or under
+    ``state_dict``) is taken out of it, said in ``notes``."""
     try:
         data = read_torch_file(path)
     except CheckpointError as err:  # missing, truncated, not torch's, carrying code: named in one line
         raise WenetImportError(str(err)) from None
+    data = _unwrap(path, data, notes if notes is not None else [])
     if not isinstance(data, dict) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
         keys = sorted(data)[:5] if isinstance(data, dict) else type(data).__name__
         raise WenetImportError(f"{path}: not a Wenet checkpoint (expected a state dict of tensors, got {keys}).")
@@ -62,6 +75,27 @@ def load_wenet_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if "ctc.ctc_lo.weight" not in data or not any(k.startswith("encoder.") for k in data):
         raise WenetImportError(f"{path}: not a Wenet ASR checkpoint (no ctc.ctc_lo.weight / encoder.* tensors; "
                                f"keys start {sorted(data)[:3]}).")
+    return data
+
+
+def _is_tensor_dict(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def _unwrap(path: Path, data: Any, notes: list[str]) -> Any:
+    """The state dict inside a checkpoint that wraps it (``model`` or ``state_dict`` key); ``data`` otherwise."""
+    if not isinstance(data, dict) or _is_tensor_dict(data):
+        return data
+    state = data.get("state_dict")
+    if "hyper_parameters" in data and _is_tensor_dict(state) and all(k.startswith("model.") for k in state):
+        raise WenetImportError(f"{path}: not a Wenet checkpoint but a Lightning one (hyper_parameters, model.* "
+                               "tensors): a checkpoint of this toolkit is used as it is, with --checkpoint.")
+    for key in WRAPPER_KEYS:
+        if _is_tensor_dict(data.get(key)):
+            others = sorted(str(k) for k in data if k != key)
+            notes.append(f"{path.name}: the state dict is wrapped under {key!r} (beside {others[:5]}); "
+                         "only its tensors were read")
+            return data[key]
     return data
 
 
@@ -151,6 +185,35 @@ def _cmvn(folder: Path, cfg: WenetModelConfig, tensors: dict[str, torch.Tensor],
         notes.append("no global CMVN (train.yaml has none): features enter the model unnormalized")
 
 
+def looks_like_word_pieces(units: list[str]) -> list[str]:
+    """The units that only a BPE / unigram model makes: a word-start marker followed by more text
+    ("▁THE"); a char model's units are single characters, its space "▁" alone, or tags like "<noise>"."""
+    from asr.data.tokenizer import SPACE
+
+    return [u for u in units if u.startswith(SPACE) and len(u) > 1]
+
+
+def resolve_tokenizer(folder: Path, cfg: WenetModelConfig, units: list[str], notes: list[str]) -> str:
+    """``bpe`` or ``char``: what train.yaml says; where it says nothing (Wenet before 3.0), a
+    ``bpe.model`` in the folder means BPE, and word-piece units without one are refused."""
+    bpe = _find(folder, cfg.bpe_file, BPE_NAME)
+    if cfg.tokenizer is not None:
+        if cfg.tokenizer == "char" and bpe is not None:
+            notes.append(f"train.yaml says tokenizer: char; {bpe.name} in the folder is not used")
+        return cfg.tokenizer
+    if bpe is not None:
+        notes.append(f"train.yaml names no tokenizer (Wenet before 3.0); {bpe.name} is in the folder: BPE units")
+        return "bpe"
+    pieces = looks_like_word_pieces(units)
+    if pieces:
+        raise WenetImportError(
+            f"train.yaml names no tokenizer and {folder} has no {BPE_NAME}, but units.txt holds word pieces "
+            f"({', '.join(pieces[:3])}, ...): without the model that made them, text cannot be split into these "
+            f"units; put the BPE model beside final.pt as {BPE_NAME}.")
+    notes.append("train.yaml names no tokenizer and there is no bpe.model: units.txt holds characters (char units)")
+    return "char"
+
+
 def _tokenizer_files(folder: Path, cfg: WenetModelConfig, units: list[str]) -> dict[str, bytes]:
     """units.txt (+ bpe.model): what ``asr.data.tokenizer.load_tokenizer`` reads as Wenet's layout."""
     from asr.data.tokenizer import BLANK, SOS_EOS, UNK
@@ -178,7 +241,8 @@ def import_wenet(folder: str | Path) -> WenetImport:
     if missing:
         raise WenetImportError(f"{folder}: missing {', '.join(missing)} (a Wenet model folder has "
                                f"{', '.join(REQUIRED_FILES)}, {CMVN_NAME} and, for BPE units, {BPE_NAME}).")
-    tensors = load_wenet_state_dict(folder / "final.pt")
+    notes: list[str] = []
+    tensors = load_wenet_state_dict(folder / "final.pt", notes)
     try:
         train_yaml = yaml.safe_load((folder / "train.yaml").read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
@@ -189,7 +253,8 @@ def import_wenet(folder: str | Path) -> WenetImport:
     if len(units) != ctc_rows:
         raise WenetImportError(f"units.txt has {len(units)} units but the CTC layer of final.pt has {ctc_rows} "
                                "outputs: they belong to different models.")
-    notes = list(cfg.notes)
+    notes = list(cfg.notes) + notes
+    cfg.tokenizer = resolve_tokenizer(folder, cfg, units, notes)
     _cmvn(folder, cfg, tensors, notes)
     files = _tokenizer_files(folder, cfg, units)
     state = map_state_dict(tensors, cfg)

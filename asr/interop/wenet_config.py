@@ -79,7 +79,8 @@ class WenetModelConfig:
     one (the importer then fills zeros: the same function); ``conv_batch_norm``: fold the
     conv module's BatchNorm; ``tie_word_embedding``: the decoder output shares the embedding;
     ``features``: the fbank options Wenet computed features with (``asr.data.features``
-    names); ``tokenizer``: ``bpe`` or ``char``; ``notes``: what was not carried over.
+    names); ``tokenizer``: ``bpe``, ``char`` or None (train.yaml does not say: Wenet before 3.0);
+    ``notes``: what was not carried over.
     """
 
     model_kwargs: dict[str, Any]
@@ -88,7 +89,7 @@ class WenetModelConfig:
     conv_norm_eps: float
     tie_word_embedding: bool
     features: dict[str, Any]
-    tokenizer: str
+    tokenizer: str | None
     bpe_file: str | None
     cmvn_file: str | None
     cmvn_is_json: bool | None
@@ -177,8 +178,27 @@ def _read_decoder(cfg: dict, heads_default: int, notes: list[str]) -> tuple[dict
     return decoder, biases, tied
 
 
+def _wenet_fbank(bins: int, frame_length_ms: float, window_type: str) -> dict[str, Any]:
+    """asr.data.features.FeatureConfig: the frames every frontend computes for the model. The
+    rest is torchaudio's Kaldi defaults, where Wenet's compute_fbank leaves them; dither is 0,
+    as Wenet decodes (its recognizer sets fbank_conf.dither to 0)."""
+    return {
+        "num_mel_bins": bins, "frame_length_ms": float(frame_length_ms), "snip_edges": True,
+        "low_freq": 20.0, "high_freq": 0.0, "window_type": window_type, "preemphasis": 0.97,
+        "remove_dc_offset": True, "dither": 0.0, "sample_scale": WENET_SAMPLE_SCALE,
+    }
+
+
+def _note_dither(key: str, dither: float, notes: list[str]) -> None:
+    if dither:
+        notes.append(f"{key} = {dither}: Wenet's training dither; the model runs without dither, as Wenet "
+                     f"decodes (fine-tune as Wenet trained: features.dither={dither})")
+
+
 def _read_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any]:
     dataset = cfg.get("dataset_conf") or {}
+    if "fbank_conf" not in dataset and "collate_conf" in cfg:
+        return _read_v1_features(cfg, input_dim, notes)
     feats_type = dataset.get("feats_type", "fbank")
     if feats_type != "fbank":
         raise WenetImportError(f"train.yaml: dataset_conf.feats_type = {feats_type!r} cannot be imported (only fbank).")
@@ -195,26 +215,42 @@ def _read_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any
         raise WenetImportError(f"train.yaml: dataset_conf.fbank_conf.num_mel_bins ({bins}) differs from "
                                f"input_dim ({input_dim}).")
     conf.require("frame_shift", 10, 10, 10.0)
-    dither = float(conf.get("dither", 0.0))
-    if dither:
-        notes.append(f"dataset_conf.fbank_conf.dither = {dither}: Wenet's training dither; the model runs without "
-                     f"dither, as Wenet decodes (fine-tune as Wenet trained: features.dither={dither})")
-    features = {
-        # asr.data.features.FeatureConfig: the frames every frontend computes for this model. The
-        # rest is torchaudio's Kaldi defaults, where Wenet's compute_fbank leaves them; dither is
-        # 0, as Wenet decodes (its recognizer sets fbank_conf.dither to 0).
-        "num_mel_bins": bins, "frame_length_ms": float(conf.get("frame_length", 25)), "snip_edges": True,
-        "low_freq": 20.0, "high_freq": 0.0, "window_type": conf.get("window_type", "povey"), "preemphasis": 0.97,
-        "remove_dc_offset": True, "dither": 0.0, "sample_scale": WENET_SAMPLE_SCALE,
-    }
+    _note_dither("dataset_conf.fbank_conf.dither", float(conf.get("dither", 0.0)), notes)
+    features = _wenet_fbank(bins, conf.get("frame_length", 25), conf.get("window_type", "povey"))
     conf.finish()
     return features
 
 
-def _read_tokenizer(cfg: dict, notes: list[str]) -> tuple[str, str | None]:
+def _read_v1_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any]:
+    """Wenet 1.x: ``collate_conf.feature_extraction_conf``, computed from the waveform only when
+    ``raw_wav`` is true (otherwise from Kaldi feature files whose options train.yaml does not hold)."""
+    if not cfg.get("raw_wav", True):
+        raise WenetImportError("train.yaml: raw_wav = false: the model was trained on precomputed Kaldi features "
+                               "whose options train.yaml does not record; they cannot be imported.")
+    collate = cfg["collate_conf"] or {}
+    conf = Section("collate_conf.feature_extraction_conf", collate.get("feature_extraction_conf"), notes)
+    conf.require("feature_type", "fbank", "fbank")
+    conf.require("using_pitch", False, False)
+    conf.require("frame_shift", 10, 10, 10.0)
+    bins = int(conf.get("mel_bins", 80))
+    if bins != input_dim:
+        raise WenetImportError(f"train.yaml: collate_conf.feature_extraction_conf.mel_bins ({bins}) differs from "
+                               f"input_dim ({input_dim}).")
+    features = _wenet_fbank(bins, conf.get("frame_length", 25), "povey")
+    conf.finish()
+    _note_dither("collate_conf.wav_distortion_conf.wav_dither",
+                 float((collate.get("wav_distortion_conf") or {}).get("wav_dither", 0.0)), notes)
+    return features
+
+
+def _read_tokenizer(cfg: dict, notes: list[str]) -> tuple[str | None, str | None]:
+    """(``bpe``, ``char`` or None when train.yaml does not say, the BPE model's configured path).
+
+    Wenet before 3.0 saved no tokenizer keys (its BPE model was a command-line argument), so
+    an absent ``tokenizer`` is not ``char``: the folder decides (``asr.interop.wenet``)."""
     conf = Section("tokenizer_conf", cfg.get("tokenizer_conf"), notes)
-    kind = cfg.get("tokenizer", "bpe" if conf.get("bpe_path") else "char")
-    if kind not in ("bpe", "char"):
+    kind = cfg.get("tokenizer", "bpe" if conf.get("bpe_path") or cfg.get("bpe_model") else None)
+    if kind is not None and kind not in ("bpe", "char"):
         raise WenetImportError(f"train.yaml: tokenizer = {kind!r} cannot be imported (supported: bpe, char).")
     special = conf.get("special_tokens")
     if special is not None:

@@ -9,9 +9,17 @@ What is built (``finetune.keep_architecture``):
 - true (default): the source's architecture (its ``encoder_kwargs`` and decoder sizes), so
   every tensor matches; only the vocabulary comes from this run's tokenizer, and the dropout
   rates and loss weights (``ctc_weight``, ``reverse_weight``, ``lsm_weight``) from this run's
-  ``model`` config;
+  ``model`` config, except where the source has a right-to-left decoder: then its loss weights
+  come with it (a run's own ``reverse_weight`` of 0 would leave that decoder untrained);
 - false: this run's ``model`` / ``pos_enc`` config; tensors are loaded where name and shape
   match the source, the rest keeps its fresh initialization.
+
+The model's input comes with it too (:func:`adopt_from_source`): the run computes the source's
+fbank frames (``features``) and normalizes them with the source's global CMVN, so an imported
+Wenet model is fine-tuned on the frames it learned (snip_edges, Kaldi mel banks ...) whatever
+the experiment's ``features`` group says. What the command line sets wins: ``features=<preset>``
+or ``features.<option>=...``, ``data.cmvn_file=...``, ``model.<loss weight>=...``; every choice is
+printed (:meth:`Adoption.lines`).
 
 Then :func:`load_source_weights` copies every matching tensor and reports every one it did not
 (with why). Another tokenizer re-initializes only the output layers (CTC projection, decoder
@@ -81,24 +89,84 @@ def read_source(path: str | Path) -> Source:
                   hparams.get("features"))
 
 
-def check_source_features(source: Source, features: Any) -> None:
-    """The run must compute the frames the source model was trained on (``asr.data.features``).
+# The loss weights a source with a right-to-left decoder brings along.
+LOSS_WEIGHTS = ("ctc_weight", "reverse_weight", "lsm_weight")
 
-    Dither is left out of the comparison: it is noise added while training, not a property
-    of the frames the model expects (Wenet trains with it and decodes without).
-    """
+
+@dataclass
+class Adoption:
+    """What a fine-tuning run takes from its source rather than from its own config.
+
+    ``features``: the fbank options the run computes; ``source_cmvn``: keep the source's global
+    CMVN (else the run's ``data.cmvn_file``); ``loss_weights``: ``build_asr_model`` kwargs taken
+    from the source; ``notes``: one line per choice, for the run's log."""
+
+    features: Any
+    source_cmvn: bool
+    loss_weights: dict[str, float]
+    notes: list[str]
+
+    def lines(self) -> list[str]:
+        return [f"init_from: {note}" for note in self.notes]
+
+
+def overridden_keys(overrides: list[str] | tuple[str, ...]) -> set[str]:
+    """The config keys a list of Hydra command-line overrides sets (``features``, ``features.dither``,
+    ``model.reverse_weight``, ...; ``+``/``++``/``~`` prefixes dropped)."""
+    return {o.lstrip("+~").split("=", 1)[0].strip() for o in overrides}
+
+
+def source_features(source: Source) -> Any:
+    """The source's fbank options (``LEGACY`` with its input_dim bins when it predates their record)."""
     from asr.data.features import LEGACY, FeatureConfig
 
     if source.features is None:
-        theirs = FeatureConfig.from_dict({**LEGACY.to_dict(),
-                                          "num_mel_bins": source.model_kwargs["encoder_kwargs"]["input_dim"]})
+        return FeatureConfig.from_dict({**LEGACY.to_dict(),
+                                        "num_mel_bins": source.model_kwargs["encoder_kwargs"]["input_dim"]})
+    return FeatureConfig.from_dict(source.features)
+
+
+def adopt_from_source(source: Source, run_features: Any, overrides: list[str] | tuple[str, ...],
+                      keep_architecture: bool = True) -> Adoption:
+    """The features, CMVN and loss weights a run started from ``source`` uses (module docstring).
+
+    Args:
+        source: the checkpoint read by :func:`read_source`.
+        run_features: the run's ``features`` group (``asr.data.features.FeatureConfig``).
+        overrides: the command line's Hydra overrides (what the user set, over the experiment's choices).
+        keep_architecture: the run builds the source's model (its decoders, so its loss weights apply).
+    """
+    from asr.data.features import FeatureConfig
+
+    keys = overridden_keys(overrides)
+    theirs = source_features(source)
+    notes = []
+    if "features" in keys:
+        features = run_features
+        differ = ", ".join(f"{k}: source {a!r} vs run {b!r}" for k, (a, b) in theirs.differences(features).items()
+                           if k != "dither")
+        notes.append("features: the command line's features group" + (
+            f"; the source was trained on other frames ({differ})" if differ else " (the source's frames)"))
     else:
-        theirs = FeatureConfig.from_dict(source.features)
-    differ = {k: v for k, v in theirs.differences(features).items() if k != "dither"}
-    if differ:
-        listed = ", ".join(f"{k}: source {a!r} vs run {b!r}" for k, (a, b) in differ.items())
-        raise ValueError(f"init_from: {source.path} was trained on other fbank frames than this run's features "
-                         f"({listed}); set features.<option> to match.")
+        mine = {k.split(".", 1)[1] for k in keys if k.startswith("features.")}
+        features = FeatureConfig.from_dict({**theirs.to_dict(), **{k: getattr(run_features, k) for k in mine}})
+        kept = ", ".join(f"{k}={v!r}" for k, v in theirs.to_dict().items() if k not in mine)
+        notes.append(f"features: the source's ({kept})" + (
+            f"; from the command line: {', '.join(f'{k}={getattr(features, k)!r}' for k in sorted(mine))}"
+            if mine else ""))
+    source_cmvn = "data.cmvn_file" not in keys
+    if source_cmvn:
+        notes.append("CMVN: the source's global CMVN (data.cmvn_file is not read)")
+    else:
+        notes.append("CMVN: data.cmvn_file from the command line, not the source's")
+    loss_weights = {}
+    if keep_architecture and source.model_kwargs.get("r2l_decoder_layers", 0) > 0:
+        loss_weights = {k: float(source.model_kwargs[k]) for k in LOSS_WEIGHTS
+                        if k in source.model_kwargs and f"model.{k}" not in keys}
+        if loss_weights:
+            notes.append("loss weights: the source's, it has a right-to-left decoder ("
+                         + ", ".join(f"{k} {v}" for k, v in loss_weights.items()) + ")")
+    return Adoption(features, source_cmvn, loss_weights, notes)
 
 
 def finetune_model_kwargs(source: Source, run_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,10 @@ from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.compile import CompileConfig
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
-from asr.train.init_from import check_source_features, finetune_model_kwargs, load_source_weights, read_source
+from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
+                                 read_source)
 from asr.train.module import AsrLightningModule
+from asr.train.schedule import check_schedule
 
 
 def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,34 +86,62 @@ def run_features(cfg: DictConfig) -> FeatureConfig:
     return FeatureConfig.from_dict(cfg.get("features"))
 
 
-def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path) -> AsrLightningModule:
+def command_line_overrides(cfg: DictConfig) -> list[str]:
+    """The Hydra overrides the user gave (``scripts/train.py``'s command line, or a composed config's
+    ``hydra.overrides.task``); none when the config was composed without them."""
+    from hydra.core.hydra_config import HydraConfig
+
+    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
+    if task is None and HydraConfig.initialized():
+        task = HydraConfig.get().overrides.task
+    return list(task or [])
+
+
+def finetune_start(cfg: DictConfig) -> tuple[Source, Adoption] | None:
+    """The ``init_from`` checkpoint and what the run adopts from it (None without ``init_from``)."""
+    if not cfg.get("init_from"):
+        return None
+    source = read_source(cfg.init_from)
+    keep = from_group(FinetuneConfig, cfg.get("finetune")).keep_architecture
+    return source, adopt_from_source(source, run_features(cfg), command_line_overrides(cfg), keep)
+
+
+def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path,
+                 start: tuple[Source, Adoption] | None = None) -> AsrLightningModule:
     """The model (CMVN filled from ``cmvn_path``, or the ``init_from`` checkpoint's weights and
-    CMVN) wrapped in the LightningModule."""
+    CMVN) wrapped in the LightningModule. ``start``: :func:`finetune_start` when the caller has it."""
     from asr.model.asr_model import build_asr_model
 
-    features = run_features(cfg)
+    start = start if start is not None else finetune_start(cfg)
+    source, adoption = start if start is not None else (None, None)
+    features = adoption.features if adoption is not None else run_features(cfg)
     model_kwargs = model_kwargs_from_config(
         OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.pos_enc, resolve=True),
         tokenizer,
     )
     finetune = from_group(FinetuneConfig, cfg.get("finetune"))
-    source = read_source(cfg.init_from) if cfg.get("init_from") else None
-    if source is not None:
-        check_source_features(source, features)
-        if finetune.keep_architecture:
-            model_kwargs = finetune_model_kwargs(source, model_kwargs)
+    if source is not None and finetune.keep_architecture:
+        model_kwargs = {**finetune_model_kwargs(source, model_kwargs), **adoption.loss_weights}
     input_dim = model_kwargs["encoder_kwargs"].get("input_dim", features.num_mel_bins)
     if input_dim != features.num_mel_bins:
         raise ValueError(f"model.encoder.input_dim ({input_dim}) differs from features.num_mel_bins "
                          f"({features.num_mel_bins}).")
     model = build_asr_model(**model_kwargs)
-    model.encoder.set_cmvn(*cmvn_for_features(cmvn_path, features))
+    run_cmvn = adoption is None or not adoption.source_cmvn
+    if run_cmvn:
+        model.encoder.set_cmvn(*cmvn_for_features(cmvn_path, features))
     if source is not None:
         # After the fresh (seeded) initialization: the rows and tensors not taken from the
         # source keep it, and no random number is drawn here (a resumed run builds the same).
+        cmvn = (model.encoder.cmvn_mean.clone(), model.encoder.cmvn_istd.clone())
         report = load_source_weights(model, source, tokenizer)
+        if not run_cmvn and "encoder.cmvn_mean" in report.reinitialized:
+            raise ValueError(f"init_from: the source's CMVN does not fit this model "
+                             f"({report.reinitialized['encoder.cmvn_mean']}); set data.cmvn_file to stats of its frames.")
+        if run_cmvn:  # the run's stats, as the command line asked, over the source's
+            model.encoder.set_cmvn(*cmvn)
         print("\n".join([f"init_from {source.path} (keep_architecture={finetune.keep_architecture})",
-                         *report.lines()]))
+                         *adoption.lines(), *report.lines()]))
     return AsrLightningModule(
         model=model,
         optimizer=instantiate(cfg.optim.optimizer),
@@ -187,14 +217,17 @@ def train(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    check_schedule(from_group(SchedulerConfig, cfg.optim.scheduler), cfg.trainer.get("max_steps", -1))
+    finetune_from = finetune_start(cfg)
+    features = finetune_from[1].features if finetune_from is not None else run_features(cfg)
     callbacks = _instantiate_all(cfg.get("callbacks"))
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     # The Trainer knows this process's rank already (DDP children are started with
     # LOCAL_RANK/NODE_RANK set), so the data module can shard its samplers from the start.
     datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank,
-                             features=run_features(cfg).to_dict())
-    module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path)
+                             features=features.to_dict())
+    module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path, finetune_from)
 
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

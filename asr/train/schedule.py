@@ -63,6 +63,27 @@ class WarmupSchedule:
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
 
 
+def check_schedule(config, max_steps: int | None) -> None:
+    """Refuse, before anything is built, a warmup the run never finishes.
+
+    ``config``: the ``optim.scheduler`` group (``asr.train.config.SchedulerConfig``); the run's
+    optimizer steps are its ``total_steps``, else ``max_steps`` (``trainer.max_steps``; None or
+    < 0: unknown until the data is counted, checked then). A learning rate still warming up when
+    the run ends never reaches the configured peak, and a cosine needs steps after the warmup.
+    """
+    total, key = ((config.total_steps, "optim.scheduler.total_steps") if config.total_steps is not None
+                  else (max_steps, "trainer.max_steps"))
+    if total is None or total < 0:
+        return
+    cosine = config.kind == "cosine"
+    if config.warmup_steps >= total if cosine else config.warmup_steps > total:
+        why = "leave no steps for the cosine decay" if cosine else "never reach its peak"
+        raise ValueError(
+            f"optim.scheduler.warmup_steps ({config.warmup_steps}) does not fit the run's {total} optimizer steps "
+            f"({key}): the learning rate would {why}; set optim.scheduler.warmup_steps={total // 10} (a tenth "
+            "of the steps) or run more steps.")
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     kind: str,

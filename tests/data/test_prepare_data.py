@@ -93,3 +93,17 @@ def test_biasing_only_builds_the_benchmark_and_touches_nothing_else(tmp_path, mo
     prepare.main(["--biasing-only", "--data-dir", str(tmp_path), "--biasing-dir", str(tmp_path / "b")])
     assert called == [tmp_path]
     assert not (tmp_path / "tokenizer").exists() and not (tmp_path / "cmvn.json").exists()
+
+
+def test_a_test_only_corpus_is_built_without_tokenizer_lm_or_cmvn(tmp_path, capsys):
+    """A corpus to decode needs no train split (a checkpoint carries its own tokenizer, fbank and CMVN)."""
+    src = tmp_path / "kaldi_test"
+    src.mkdir()
+    write_tone(src / "u0.wav", 0.6, freq=300)
+    (src / "wav.scp").write_text(f"u0 {src / 'u0.wav'}\n")
+    (src / "text").write_text("u0 hello test\n")
+    out = tmp_path / "out"
+    _load_script().main(["--corpus", "kaldi", "--src", f"test={src}", "--data-dir", str(out), "--workers", "0"])
+    assert sorted(p.name for p in out.iterdir()) == ["cuts_test.jsonl.gz", "cuts_test.jsonl.gz.stats.json"]
+    printed = capsys.readouterr().out
+    assert "no train split" in printed and "--cuts" in printed

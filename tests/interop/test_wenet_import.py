@@ -93,21 +93,93 @@ def test_token_ids_features_and_kwargs_are_carried(tmp_path):
     assert any("positional_dropout_rate" in n for n in hp["wenet_import_notes"])
 
 
-def test_bpe_units_keep_wenets_ids(tmp_path):
+def bpe_units(tmp_path, lines, vocab_size):
+    """A BPE model trained on ``lines`` and the units.txt Wenet makes of its pieces: (units, processor)."""
     sentencepiece = pytest.importorskip("sentencepiece")
     text = tmp_path / "text.txt"
-    text.write_text("\n".join(["A CAB BAD", "DEAD BEAD CAB", "ABBA DAB"] * 20))
-    sentencepiece.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "bpe"), vocab_size=12,
-                                             model_type="bpe", minloglevel=2)
+    text.write_text("\n".join(lines * 20))
+    sentencepiece.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "bpe"),
+                                             vocab_size=vocab_size, model_type="bpe", minloglevel=2)
     sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "bpe.model"))
-    pieces = sorted({p for line in text.read_text().splitlines() for p in sp.encode(line, out_type=str)})
-    units = ["<blank>", "<unk>", *pieces, "<sos/eos>"]
+    pieces = sorted({p for line in lines for p in sp.encode(line, out_type=str)})
+    return ["<blank>", "<unk>", *pieces, "<sos/eos>"], sp
+
+
+def test_bpe_units_keep_wenets_ids(tmp_path):
+    units, sp = bpe_units(tmp_path, ["A CAB BAD", "DEAD BEAD CAB", "ABBA DAB"], 12)
     cfg = wl.config(vocab=len(units), tokenizer="bpe")
     folder = wl.write_folder(tmp_path / "wenet", cfg, wl.state_dict(cfg), units=units, bpe_model=tmp_path / "bpe.model")
     _, tokenizer, _ = load_model(write_checkpoint(import_wenet(folder), tmp_path / "imported.ckpt"))
     ids = tokenizer.encode("dead cab")  # Wenet upper-cases before its BPE
     assert ids == [units.index(p) for p in sp.encode("DEAD CAB", out_type=str)]
     assert tokenizer.decode(ids) == "DEAD CAB"
+
+
+def old_layout(cfg: dict) -> dict:
+    """train.yaml as Wenet 2.x saved it: no tokenizer keys, CMVN at the top level."""
+    cfg = {k: v for k, v in cfg.items() if k not in ("tokenizer", "tokenizer_conf", "cmvn", "cmvn_conf")}
+    return {**cfg, "cmvn_file": "/train/exp/u2pp/global_cmvn", "is_json_cmvn": True}
+
+
+def test_an_old_english_layout_imports_with_its_bpe_units(tmp_path):
+    units, sp = bpe_units(tmp_path, ["HELLO WORLD", "WORD HOLD", "OLD LORE HELD"], 16)
+    cfg = old_layout(wl.config(vocab=len(units)))
+    folder = wl.write_folder(tmp_path / "wenet", cfg, wl.state_dict(cfg), units=units, bpe_model=tmp_path / "bpe.model")
+    imported_model = import_wenet(folder)
+    assert imported_model.config.tokenizer == "bpe"
+    assert any("names no tokenizer" in n and "BPE" in n for n in imported_model.notes)
+    _, tokenizer, _ = load_model(write_checkpoint(imported_model, tmp_path / "imported.ckpt"))
+    ids = tokenizer.encode("hello world")
+    assert ids == [units.index(p) for p in sp.encode("HELLO WORLD", out_type=str)] and 1 not in ids  # no <unk>
+    assert tokenizer.decode(ids) == "HELLO WORLD"
+
+
+def test_word_pieces_without_their_bpe_model_are_refused_not_guessed(tmp_path):
+    units, _ = bpe_units(tmp_path, ["HELLO WORLD", "WORD HOLD", "OLD LORE HELD"], 16)
+
+    def drop_bpe(folder, cfg, sd):
+        (folder / "train.yaml").write_text(yaml.safe_dump(old_layout(wl.config(vocab=len(units)))))
+        (folder / "units.txt").write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)), encoding="utf-8")
+        torch.save(wl.state_dict(wl.config(vocab=len(units))), folder / "final.pt")
+
+    message = refusal(tmp_path, drop_bpe)
+    assert "names no tokenizer" in message and "word pieces" in message and "bpe.model" in message
+
+
+def test_an_old_char_layout_imports_as_chars(tmp_path):
+    cfg = old_layout(wl.config())
+    folder = wl.write_folder(tmp_path / "wenet", cfg, wl.state_dict(cfg))
+    imported_model = import_wenet(folder)
+    assert imported_model.config.tokenizer == "char" and any("char units" in n for n in imported_model.notes)
+
+
+def test_a_wenet_1_layout_reads_its_fbank_options_from_collate_conf(tmp_path):
+    cfg = old_layout(wl.config())
+    fbank = cfg.pop("dataset_conf")["fbank_conf"]
+    cfg.update(raw_wav=True, dataset_conf={"batch_size": 16}, collate_conf={
+        "wav_distortion_conf": {"wav_dither": 0.1}, "speed_perturb": True, "spec_aug": True,
+        "feature_extraction_conf": {"feature_type": "fbank", "mel_bins": fbank["num_mel_bins"], "frame_shift": 10,
+                                    "frame_length": 25, "using_pitch": False}})
+    folder = wl.write_folder(tmp_path / "wenet", cfg, wl.state_dict(cfg))
+    imported_model = import_wenet(folder)
+    assert imported_model.config.features == import_wenet(wl.write_folder(
+        tmp_path / "new", wl.config(), wl.state_dict(wl.config()))).config.features
+    assert any("features.dither=0.1" in n for n in imported_model.notes)
+    (folder / "train.yaml").write_text(yaml.safe_dump({**cfg, "raw_wav": False}))
+    with pytest.raises(WenetImportError, match="raw_wav = false"):
+        import_wenet(folder)
+
+
+@pytest.mark.parametrize("key", ["model", "state_dict"])
+def test_a_wrapped_state_dict_is_unwrapped_with_a_note(tmp_path, key):
+    cfg = wl.config()
+    sd = wl.state_dict(cfg)
+    folder = wl.write_folder(tmp_path / "wenet", cfg, sd)
+    torch.save({key: sd, "epoch": 7, "step": 1000}, folder / "final.pt")
+    imported_model = import_wenet(folder)
+    assert any(f"wrapped under {key!r}" in n for n in imported_model.notes)
+    plain = import_wenet(wl.write_folder(tmp_path / "plain", cfg, sd))
+    assert all(torch.equal(v, plain.state_dict[k]) for k, v in imported_model.state_dict.items())
 
 
 def test_kaldi_and_json_cmvn_agree(tmp_path):

@@ -3,6 +3,8 @@ encoder unchanged, an encoder learning rate of its own, exact resume of a fine-t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -190,13 +192,28 @@ def test_resumed_finetuning_run_is_exact(corpus, source_ckpt, new_tokenizer, tmp
         assert torch.equal(value, resumed[name]), name
 
 
-def test_source_trained_on_other_frames_is_refused_but_dither_is_not_a_difference(tmp_path):
+def test_the_run_adopts_the_source_frames_cmvn_and_loss_weights_unless_the_command_line_sets_them(tmp_path):
     from asr.data.features import LEGACY, SHERPA
-    from asr.train.init_from import check_source_features
+    from asr.train.init_from import adopt_from_source
 
     tok = char_tokenizer(tmp_path / "t", ["abc"])
-    source = Source(tmp_path / "src.ckpt", {"encoder_kwargs": {"input_dim": 80}}, {}, tok, SHERPA.to_dict())
-    with pytest.raises(ValueError, match="snip_edges: source False vs run True"):
-        check_source_features(source, LEGACY)
-    check_source_features(Source(tmp_path, {}, {}, tok, {**LEGACY.to_dict(), "dither": 1.0}), LEGACY)
-    check_source_features(Source(tmp_path, {"encoder_kwargs": {"input_dim": 80}}, {}, tok, None), LEGACY)
+    u2pp = {"encoder_kwargs": {"input_dim": 80}, "r2l_decoder_layers": 1, "ctc_weight": 0.3, "reverse_weight": 0.3,
+            "lsm_weight": 0.1}
+    source = Source(tmp_path / "src.ckpt", u2pp, {}, tok, LEGACY.to_dict())
+    plain = adopt_from_source(source, SHERPA, [])  # the experiment's sherpa preset, nothing on the command line
+    assert plain.features == LEGACY and plain.source_cmvn
+    assert plain.loss_weights == {"ctc_weight": 0.3, "reverse_weight": 0.3, "lsm_weight": 0.1}
+    assert any("features: the source's (" in line and "snip_edges=True" in line for line in plain.lines())
+    assert any("reverse_weight 0.3" in line for line in plain.lines())
+    # An option set on the command line wins over the source's, the rest stays the source's.
+    dithered = adopt_from_source(source, replace(SHERPA, dither=1.0),
+                                 ["features.dither=1.0", "data.cmvn_file=mine.json", "model.reverse_weight=0.5"])
+    assert dithered.features == replace(LEGACY, dither=1.0) and not dithered.source_cmvn
+    assert dithered.loss_weights == {"ctc_weight": 0.3, "lsm_weight": 0.1}
+    # A whole preset named on the command line is the run's, and the difference is said.
+    chosen = adopt_from_source(source, SHERPA, ["features=sherpa"])
+    assert chosen.features == SHERPA and "snip_edges: source True vs run False" in chosen.lines()[0]
+    # No right-to-left decoder (or not its architecture): the run's own loss weights.
+    assert adopt_from_source(Source(tmp_path, {**u2pp, "r2l_decoder_layers": 0}, {}, tok, None), LEGACY,
+                             []).loss_weights == {}
+    assert adopt_from_source(source, LEGACY, [], keep_architecture=False).loss_weights == {}

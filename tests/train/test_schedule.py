@@ -45,3 +45,17 @@ def test_scheduler_state_round_trips():
     sched2.load_state_dict(sched.state_dict())
     assert sched2.lr_lambdas[0].warmup_steps == 4
     assert sched2.get_last_lr() == pytest.approx(sched.get_last_lr())
+
+
+def test_a_warmup_the_run_never_finishes_is_refused_before_anything_is_built():
+    from asr.train.config import SchedulerConfig
+    from asr.train.schedule import check_schedule
+
+    with pytest.raises(ValueError, match=r"warmup_steps \(300\) does not fit the run's 4 optimizer steps "
+                                         r"\(trainer.max_steps\).*set optim.scheduler.warmup_steps=0"):
+        check_schedule(SchedulerConfig("cosine", warmup_steps=300), max_steps=4)
+    with pytest.raises(ValueError, match=r"\(optim.scheduler.total_steps\).*never reach its peak"):
+        check_schedule(SchedulerConfig("noam", warmup_steps=300, total_steps=200), max_steps=4000)
+    check_schedule(SchedulerConfig("noam", warmup_steps=4), max_steps=4)  # the last step at the peak
+    check_schedule(SchedulerConfig("cosine", warmup_steps=3), max_steps=4)
+    check_schedule(SchedulerConfig("cosine", warmup_steps=300), max_steps=-1)  # epochs: counted later
