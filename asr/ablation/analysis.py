@@ -3,9 +3,11 @@
 Input: every run's :class:`~asr.ablation.results.SchemeResult` (one per scheme and
 seed) and the per-utterance records its evaluation wrote
 (``<run_dir>/eval/decode_<metric>.jsonl``). Output: per scheme and measurement, the
-pooled WER with its 95 % bootstrap interval, the seed spread, and the paired
-difference to the reference scheme; then a few sentences of findings in which a
-claim "A beats B" appears only when the paired interval excludes zero.
+pooled WER with its 95 % bootstrap interval (seeds and utterances resampled), the seed
+spread, and the paired difference to the reference scheme; per scheme, whether its
+validation curve converged (``asr.ablation.convergence``); then a few sentences of
+findings in which a claim "A beats B" appears only when the paired interval excludes
+zero and both schemes converged.
 """
 
 from __future__ import annotations
@@ -15,24 +17,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from asr.ablation.convergence import CONVERGED_BAND, PLATEAU_FRACTION, Convergence, plateau_convergence
 from asr.ablation.results import SchemeResult
 from asr.ablation.stats import (
     DEFAULT_REPLICATES,
     Interval,
     PairedDifference,
     align_records,
-    paired_difference,
-    pool_seeds,
-    wer_interval,
+    seeded_paired_difference,
+    seeded_wer_interval,
 )
 
 REFERENCE_SCHEME = "rel_xl"
 # Where scripts/ablate.py has the evaluation write its records, inside a run folder.
 EVAL_DIR = "eval"
-# How many of the last validation points the plateau slope is fitted to.
-PLATEAU_POINTS = 3
 
 
 def records_path(run_dir: str | Path, metric: str) -> Path:
@@ -67,10 +65,6 @@ def _percent_interval(i: Interval) -> Interval:
     return Interval(100 * i.value, 100 * i.low, 100 * i.high)
 
 
-def _percent_difference(d: PairedDifference) -> PairedDifference:
-    return PairedDifference(100 * d.difference, 100 * d.low, 100 * d.high, d.p_value)
-
-
 def group_runs(results: Sequence[SchemeResult]) -> dict[str, list[SchemeResult]]:
     """Successful runs by scheme, in first-seen order."""
     groups: dict[str, list[SchemeResult]] = {}
@@ -78,6 +72,24 @@ def group_runs(results: Sequence[SchemeResult]) -> dict[str, list[SchemeResult]]
         if result.ok:
             groups.setdefault(result.scheme, []).append(result)
     return groups
+
+
+def pooled_difference(
+    records_a: Sequence[Sequence[dict]], records_b: Sequence[Sequence[dict]], replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0, same_models: bool = False,
+) -> PairedDifference | None:
+    """WER(a) - WER(b) in percent, each side's seeds pooled, paired over the utterances every
+    run scored (hierarchical bootstrap: seeds, then utterances); None when nothing pairs.
+    ``same_models``: a and b are the same runs measured twice (see ``seeded_paired_difference``)."""
+    if not records_a or not records_b:
+        return None
+    keys, errors, words = align_records([*records_a, *records_b])
+    if not keys or words.sum() <= 0:
+        return None
+    n = len(records_a)
+    diff = seeded_paired_difference(errors[:n], errors[n:], words, replicates=replicates, seed=seed,
+                                    same_models=same_models)
+    return diff.scaled(100)
 
 
 def measurement_stats(
@@ -99,37 +111,14 @@ def measurement_stats(
         if not keys or words.sum() <= 0:
             continue
         seed_wers = [100 * float(e.sum() / words.sum()) for e in errors]
-        interval = wer_interval(pool_seeds(errors), words, replicates=replicates, seed=seed)
+        interval = seeded_wer_interval(errors, words, replicates=replicates, seed=seed)
         stats[scheme] = MeasurementStats(_percent_interval(interval), len(keys), seed_wers)
     if reference in stats:
         for scheme, scheme_stats in stats.items():
-            if scheme == reference:
-                continue
-            both = records[scheme] + records[reference]
-            keys, errors, words = align_records(both)
-            if not keys:
-                continue
-            n = len(records[scheme])
-            diff = paired_difference(
-                pool_seeds(errors[:n]), pool_seeds(errors[n:]), words, replicates=replicates, seed=seed
-            )
-            scheme_stats.versus_reference = _percent_difference(diff)
+            if scheme != reference:
+                scheme_stats.versus_reference = pooled_difference(records[scheme], records[reference],
+                                                                  replicates, seed)
     return stats
-
-
-def plateau_slope(curve: Sequence[Sequence[float]], points: int = PLATEAU_POINTS) -> float | None:
-    """Least-squares slope of the last ``points`` validation WERs, in WER points per 1000 steps.
-
-    ``curve`` holds [step, WER fraction] pairs. Near zero: the scheme has reached its
-    plateau for this schedule; clearly negative: more steps would still help.
-    """
-    if len(curve) < 2:
-        return None
-    tail = np.asarray(curve[-points:], dtype=np.float64)
-    if np.ptp(tail[:, 0]) == 0:
-        return None
-    slope = np.polyfit(tail[:, 0], tail[:, 1], 1)[0]
-    return float(slope * 1000 * 100)
 
 
 def format_interval(i: Interval | None) -> str:
@@ -158,9 +147,6 @@ def compare_sentence(scheme: str, reference: str, d: PairedDifference, what: str
 
 # What each finding is about: the measurement key and how a sentence names it.
 MAIN_METRIC = "wer_test_rescore"
-# A slope steeper than this (WER points per 1000 steps, falling) says the scheme was
-# still improving when its budget ended.
-STILL_IMPROVING = -2.0
 
 
 @dataclass
@@ -169,18 +155,23 @@ class Analysis:
 
     ``stats[metric][scheme]`` pooled WER with interval and paired difference;
     ``not_applicable[metric][scheme]`` the reason a scheme could not run a
-    measurement ("n/a: longer than its table ..."); ``slopes[scheme]`` the plateau
-    slope averaged over seeds; ``seeds[scheme]`` the seeds pooled.
+    measurement ("n/a: longer than its table ..."); ``convergence[scheme]`` the plateau
+    slope of its validation curves, seeds pooled (None without a curve); ``seeds[scheme]``
+    the seeds pooled.
     """
 
     reference: str
     stats: dict[str, dict[str, MeasurementStats]]
     not_applicable: dict[str, dict[str, str]]
-    slopes: dict[str, float | None]
+    convergence: dict[str, Convergence | None]
     seeds: dict[str, list[int | None]]
 
     def wer(self, metric: str, scheme: str) -> MeasurementStats | None:
         return self.stats.get(metric, {}).get(scheme)
+
+    def converged(self, *schemes: str) -> bool:
+        """True when every one of ``schemes`` converged by the report's criterion."""
+        return all((c := self.convergence.get(s)) is not None and c.converged for s in schemes)
 
 
 def analyze(
@@ -189,7 +180,7 @@ def analyze(
     reference: str = REFERENCE_SCHEME,
     replicates: int = DEFAULT_REPLICATES,
 ) -> Analysis:
-    """Intervals, paired differences, n/a reasons and plateau slopes for ``metrics``."""
+    """Intervals, paired differences, n/a reasons and convergence for ``metrics``."""
     from asr.ablation.evaluate import NOT_APPLICABLE
 
     groups = group_runs(results)
@@ -200,12 +191,9 @@ def analyze(
             for metric, error in run.metric_errors.items():
                 if error.startswith(NOT_APPLICABLE):
                     not_applicable.setdefault(metric, {})[scheme] = error
-    slopes = {}
-    for scheme, runs in groups.items():
-        values = [v for v in (plateau_slope(run.curve) for run in runs) if v is not None]
-        slopes[scheme] = float(np.mean(values)) if values else None
+    convergence = {scheme: plateau_convergence([run.curve for run in runs]) for scheme, runs in groups.items()}
     seeds = {scheme: [run.seed for run in runs] for scheme, runs in groups.items()}
-    return Analysis(reference, stats, not_applicable, slopes, seeds)
+    return Analysis(reference, stats, not_applicable, convergence, seeds)
 
 
 def _best(stats: Mapping[str, MeasurementStats]) -> str | None:
@@ -214,15 +202,18 @@ def _best(stats: Mapping[str, MeasurementStats]) -> str | None:
 
 def comparison_lines(analysis: Analysis, metric: str, what: str) -> list[str]:
     """Every scheme against the reference on ``metric``: one sentence per resolved
-    difference, one sentence listing the unresolved ones."""
+    difference between converged schemes, one listing the unresolved ones, and one
+    listing the differences that are not a ranking because a side did not converge."""
     stats = analysis.stats.get(metric, {})
     ref = analysis.reference
-    lines, unresolved = [], []
+    lines, unresolved, unranked = [], [], []
     for scheme, s in stats.items():
         d = s.versus_reference
         if scheme == ref or d is None:
             continue
-        if d.resolved:
+        if not analysis.converged(scheme, ref):
+            unranked.append(f"`{scheme}` {format_difference(d)}")
+        elif d.resolved:
             lines.append(compare_sentence(scheme, ref, d, what))
         else:
             unresolved.append(f"`{scheme}` {format_difference(d)}")
@@ -231,14 +222,49 @@ def comparison_lines(analysis: Analysis, metric: str, what: str) -> list[str]:
             f"Not resolved against `{ref}` on {what} (the 95% interval of the difference includes zero): "
             + "; ".join(unresolved) + "."
         )
+    if unranked:
+        lines.append(
+            f"Not ranked against `{ref}` on {what}, because the two did not both converge (differences at this "
+            "budget, which a longer one may change): " + "; ".join(unranked) + "."
+        )
     return lines
+
+
+def convergence_line(analysis: Analysis) -> str:
+    """Per scheme: converged, or not converged with its slope, interval and why."""
+    done, not_done = [], []
+    for scheme, c in analysis.convergence.items():
+        if c is None:
+            not_done.append(f"`{scheme}` (no validation curve)")
+        elif c.converged:
+            done.append(f"`{scheme}` {c.describe()}")
+        else:
+            not_done.append(f"`{scheme}` {c.describe()} ({c.state})")
+    parts = [f"converged: {', '.join(done)}" if done else "no scheme converged",
+             *([f"not converged: {', '.join(not_done)}"] if not_done else [])]
+    return (f"Convergence (slope of the validation WER over the last {PLATEAU_FRACTION:.0%} of each run's steps, "
+            f"seeds pooled, points per 1000 steps with its 95% CI; converged when the interval lies within "
+            f"+-{CONVERGED_BAND:g}): " + "; ".join(parts) + ".")
+
+
+def seed_source_line(analysis: Analysis) -> str | None:
+    """Which source of noise dominates each main-WER difference where a side has several seeds."""
+    pairs = [f"`{scheme}` seeds {d.seed_sd:.2f}, utterances {d.utterance_sd:.2f} ({d.dominant_source} dominate)"
+             for scheme, s in analysis.stats.get(MAIN_METRIC, {}).items()
+             if (d := s.versus_reference) is not None and d.dominant_source is not None]
+    if not pairs:
+        return None
+    return (f"Sources of the interval of each difference to `{analysis.reference}` on the main WER, where a side "
+            "has several seeds (standard deviation of the difference in points when only seeds or only "
+            "utterances are resampled): " + "; ".join(pairs) + ".")
 
 
 def findings(analysis: Analysis, chunk_metrics: Mapping[int, str], probe_metrics: Mapping[int, str]) -> list[str]:
     """The report's findings, each a sentence built from the numbers.
 
     A sentence that ranks two schemes appears only when their paired interval
-    excludes zero (``compare_sentence``); otherwise it says the difference is not resolved.
+    excludes zero (``compare_sentence``) and both converged; otherwise it says the
+    difference is not resolved, or not a ranking at this budget.
     """
     out: list[str] = []
     main = analysis.stats.get(MAIN_METRIC, {})
@@ -246,18 +272,10 @@ def findings(analysis: Analysis, chunk_metrics: Mapping[int, str], probe_metrics
     if best is None:
         return ["No scheme finished its evaluation: nothing to compare yet."]
     b = main[best].wer
-    out.append(f"Lowest test WER (attention rescoring, full context): `{best}` at {format_interval(b)}%.")
+    settled = "" if analysis.converged(*main) else " at this budget (not a ranking: not every scheme converged)"
+    out.append(f"Lowest test WER (attention rescoring, full context){settled}: `{best}` at {format_interval(b)}%.")
+    out.append(convergence_line(analysis))
     out += comparison_lines(analysis, MAIN_METRIC, "test WER (rescoring, full context)")
-    improving = {s: v for s, v in analysis.slopes.items() if v is not None and v < STILL_IMPROVING}
-    if improving:
-        listed = ", ".join(f"`{s}` ({v:+.1f})" for s, v in improving.items())
-        out.append(
-            f"Still improving when the budget ended (validation WER slope over the last {PLATEAU_POINTS} "
-            f"validations, points per 1000 steps): {listed}; a longer budget may reorder these schemes."
-        )
-    else:
-        out.append(f"Every scheme's validation WER had flattened (slope over the last {PLATEAU_POINTS} "
-                   f"validations above {STILL_IMPROVING:+.0f} points per 1000 steps).")
     if chunk_metrics:
         smallest = min(chunk_metrics)
         metric = chunk_metrics[smallest]
@@ -291,7 +309,10 @@ def findings(analysis: Analysis, chunk_metrics: Mapping[int, str], probe_metrics
         spread = ", ".join(
             f"`{s}` {min(v.seed_wers):.2f}-{max(v.seed_wers):.2f} ({len(v.seed_wers)} seeds)" for s, v in multi.items()
         )
-        out.append(f"Seed spread of the main WER (lowest-highest seed): {spread}.")
+        out.append(f"Seed spread of the main WER (lowest-highest seed): {spread}; the intervals of these schemes "
+                   "resample their seeds as well as the utterances, those of one-seed schemes the utterances only.")
+        if (sources := seed_source_line(analysis)) is not None:
+            out.append(sources)
     else:
         # A paired bootstrap over utterances says how sure the ranking is for these trained
         # models; a second training seed can move a scheme's WER by more than that.

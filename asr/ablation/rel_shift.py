@@ -4,34 +4,25 @@
 sinusoid table, the same (q + u) . k term) except what the position term reads: the query-key
 distance i - j (a real rel_shift) or the key's absolute stream time (Wenet's rel_pos, which
 comments rel_shift out). Every comparison here is paired over the same utterances, with each
-scheme's seeds pooled (``asr.ablation.analysis``); a sentence ranks them only when the 95%
-interval of the difference excludes zero.
+scheme's seeds pooled and resampled (``asr.ablation.analysis``); a sentence ranks them only
+when the 95% interval of the difference excludes zero and both schemes converged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from asr.ablation.analysis import Analysis, format_difference, format_interval, group_runs, read_records
+from asr.ablation.analysis import (
+    Analysis,
+    format_difference,
+    format_interval,
+    group_runs,
+    pooled_difference,
+    read_records,
+)
 from asr.ablation.results import SchemeResult
-from asr.ablation.stats import PairedDifference, align_records, paired_difference, pool_seeds
 
 RELATIVE, ABSOLUTE_KEYS = "rel_xl", "wenet_rel"
-
-
-def _pooled_difference(runs_a: Sequence[SchemeResult], metric_a: str, runs_b: Sequence[SchemeResult],
-                       metric_b: str) -> PairedDifference | None:
-    """WER(a on metric_a) - WER(b on metric_b), paired over the utterances both scored, seeds pooled (percent)."""
-    records_a = [r for r in (read_records(run.run_dir, metric_a) for run in runs_a) if r]
-    records_b = [r for r in (read_records(run.run_dir, metric_b) for run in runs_b) if r]
-    if not records_a or not records_b:
-        return None
-    keys, errors, words = align_records(records_a + records_b)
-    if not keys or words.sum() <= 0:
-        return None
-    n = len(records_a)
-    d = paired_difference(pool_seeds(errors[:n]), pool_seeds(errors[n:]), words)
-    return PairedDifference(100 * d.difference, 100 * d.low, 100 * d.high, d.p_value)
 
 
 def _cell(analysis: Analysis, metric: str, scheme: str) -> str:
@@ -51,7 +42,7 @@ def rel_shift_section(analysis: Analysis, rows: Mapping[str, str]) -> list[str]:
            "`pos_bias_v` and bias-free `linear_pos` as `rel_xl`, but its position term scores each key's "
            "absolute stream time (Wenet comments `rel_shift` out); `rel_xl` scores the query-key distance. "
            f"*diff*: `{ABSOLUTE_KEYS}` minus `{RELATIVE}` on the same utterances (paired bootstrap, each scheme's "
-           "seeds pooled), negative = `wenet_rel` better.", ""]
+           "seeds pooled and resampled), negative = `wenet_rel` better.", ""]
     if analysis.wer("wer_test_rescore", RELATIVE) is None or analysis.wer("wer_test_rescore", ABSOLUTE_KEYS) is None:
         return out + [f"Not measured: this ablation lacks a finished `{RELATIVE}` or `{ABSOLUTE_KEYS}` run.", ""]
     header = ["Measurement", f"`{RELATIVE}` WER % [95% CI]", f"`{ABSOLUTE_KEYS}` WER % [95% CI]",
@@ -69,17 +60,30 @@ def rel_shift_section(analysis: Analysis, rows: Mapping[str, str]) -> list[str]:
         (better if d.resolved and d.difference < 0 else worse if d.resolved else unresolved).append(
             f"{label} ({d.difference:+.2f})")
     out += table + [""]
-    if worse:
-        out.append(f"- `{ABSOLUTE_KEYS}` is worse than `{RELATIVE}` (interval excludes zero) on: {'; '.join(worse)}.")
-    if better:
-        out.append(f"- `{ABSOLUTE_KEYS}` is better than `{RELATIVE}` (interval excludes zero) on: {'; '.join(better)}.")
+    if not analysis.converged(RELATIVE, ABSOLUTE_KEYS):
+        # A difference in learning speed is not a ranking: the sentences name no winner.
+        differences = worse + better
+        if differences:
+            out.append(f"- Not ranked: `{RELATIVE}` and `{ABSOLUTE_KEYS}` did not both converge, so these resolved "
+                       f"differences are at this budget and a longer one may change them: {'; '.join(differences)}.")
+    else:
+        if worse:
+            out.append(f"- `{ABSOLUTE_KEYS}` is worse than `{RELATIVE}` (interval excludes zero) on: {'; '.join(worse)}.")
+        if better:
+            out.append(f"- `{ABSOLUTE_KEYS}` is better than `{RELATIVE}` (interval excludes zero) on: "
+                       f"{'; '.join(better)}.")
     if unresolved:
         out.append(f"- Not resolved (the interval includes zero): {'; '.join(unresolved)}.")
     spread = [f"`{s}` {min(v.seed_wers):.2f}-{max(v.seed_wers):.2f} ({len(v.seed_wers)} seeds)"
               for s in (RELATIVE, ABSOLUTE_KEYS) if (v := analysis.wer("wer_test_rescore", s)) and v.seed_wers]
     out.append(f"- Seed spread of the test WER (rescoring, lowest-highest seed): {', '.join(spread)}. The intervals "
-               "cover the choice of utterances for these trained seeds; a difference smaller than the seed spread "
-               "is about these runs more than about the schemes.")
+               "resample the seeds and then the utterances, so they cover both the choice of utterances and the "
+               "seed-to-seed variation these seeds show.")
+    d = analysis.wer("wer_test_rescore", ABSOLUTE_KEYS).versus_reference
+    if d is not None and d.dominant_source is not None:
+        out.append(f"- The interval of the test WER difference (rescoring) is dominated by the {d.dominant_source}: "
+                   f"standard deviation {d.seed_sd:.2f} points when only seeds are resampled, {d.utterance_sd:.2f} "
+                   "when only utterances are.")
     return out + [""]
 
 
@@ -102,7 +106,9 @@ def translation_section(analysis: Analysis, results: Sequence[SchemeResult], sch
         cells = [_cell(analysis, m, scheme) if analysis.wer(m, scheme) else
                  ("n/a: longer than its table" if scheme in analysis.not_applicable.get(m, {}) else "n/a")
                  for m in metrics]
-        runs = groups.get(scheme, [])
-        d = _pooled_difference(runs, last, runs, first) if runs else None
+        # Each run at both offsets: the two sides are the same models, paired seed by seed.
+        pairs = [(a, b) for run in groups.get(scheme, [])
+                 if (a := read_records(run.run_dir, last)) and (b := read_records(run.run_dir, first))]
+        d = pooled_difference([a for a, _ in pairs], [b for _, b in pairs], same_models=True)
         lines.append(f"| `{scheme}` | " + " | ".join(cells) + f" | {format_difference(d)} |")
     return lines + [""]

@@ -15,6 +15,7 @@ from asr.ablation.analysis import (
     format_difference,
     format_interval,
 )
+from asr.ablation.convergence import CONVERGED_BAND, PLATEAU_FRACTION
 from asr.ablation.stats import DEFAULT_REPLICATES
 from asr.ablation.evaluate import ALL_WER_METRICS, CHUNK_SWEEP, NOT_APPLICABLE, PROBE_CONTEXTS, TRANSLATION_METRICS
 from asr.ablation.rel_shift import rel_shift_section, translation_section
@@ -73,15 +74,16 @@ def interval_cell(analysis: Analysis, metric: str, scheme: str) -> str:
 
 
 def main_table(analysis: Analysis, schemes: Sequence[str]) -> str:
-    """Test WER with intervals, paired differences to the reference, seeds and plateau slope."""
+    """Test WER with intervals, paired differences to the reference, seeds and convergence."""
     ref = analysis.reference
     headers = ["Scheme", "Seeds", "WER rescore % [95% CI]", f"vs `{ref}`: diff [95% CI], p",
-               "WER greedy % [95% CI]", f"greedy vs `{ref}`", "Seed WERs (rescore)", "Plateau slope"]
+               "WER greedy % [95% CI]", f"greedy vs `{ref}`", "Seed WERs (rescore)",
+               "Plateau slope [95% CI]"]
     rows = []
     for scheme in schemes:
         main = analysis.wer("wer_test_rescore", scheme)
         greedy = analysis.wer("wer_test_greedy", scheme)
-        slope = analysis.slopes.get(scheme)
+        convergence = analysis.convergence.get(scheme)
         rows.append([
             f"`{scheme}`",
             str(len(analysis.seeds.get(scheme, []))),
@@ -90,7 +92,7 @@ def main_table(analysis: Analysis, schemes: Sequence[str]) -> str:
             interval_cell(analysis, "wer_test_greedy", scheme),
             "reference" if scheme == ref else format_difference(greedy.versus_reference if greedy else None),
             ", ".join(f"{w:.2f}" for w in main.seed_wers) if main else MISSING,
-            MISSING if slope is None else f"{slope:+.1f}",
+            MISSING if convergence is None else f"{convergence.describe()}: {convergence.state}",
         ])
     return _table(headers, rows)
 
@@ -208,12 +210,14 @@ def render_report(
         "## Test WER with 95% intervals", "",
         main_table(analysis, schemes), "",
         "WER in percent on the test split (voices never heard in training), pooled over seeds. "
-        f"Intervals: bootstrap over utterances ({DEFAULT_REPLICATES} replicates). *diff*: this scheme's WER minus "
+        f"Intervals: bootstrap over seeds, then utterances ({DEFAULT_REPLICATES} replicates; with one seed, over "
+        "utterances only). *diff*: this scheme's WER minus "
         f"`{analysis.reference}`'s on the same utterances (paired bootstrap), with its interval and two-sided "
         "p; a difference is resolved only when its interval excludes zero. *rescore* = CTC prefix beam + "
-        "attention rescoring, *greedy* = CTC greedy. *Plateau slope*: least-squares slope of the last "
-        "3 validation WERs in points per 1000 steps (near 0: at its plateau for this schedule; clearly "
-        "negative: still improving).", "",
+        "attention rescoring, *greedy* = CTC greedy. *Plateau slope*: least-squares slope of the validation "
+        f"WER over the last {PLATEAU_FRACTION:.0%} of each run's steps (seeds share the slope), in points per "
+        f"1000 steps, with its 95% t interval; *converged* when the interval lies within +-{CONVERGED_BAND:g}, "
+        "and only converged schemes are ranked in the findings.", "",
         "## Streaming trade-off", "",
         chunk_table(analysis, schemes, frame_ms), "",
         f"CTC greedy test WER with the chunk mask; every chunk size keeps 64 frames of memory. Latency = "

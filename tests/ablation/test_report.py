@@ -118,11 +118,17 @@ def _records(run_dir: Path, metric: str, errors: list[int], words: int = 10) -> 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _measured_run(tmp_path: Path, scheme: str, errors: list[int], seed: int = 0) -> SchemeResult:
+# A validation curve that has converged: ten validations on a plateau with a 0.1-point wobble.
+PLATEAU = [[100.0 * (k + 1), 0.30 + 0.001 * (-1) ** k] for k in range(10)]
+# One still falling 10 points per 1000 steps when its budget ends.
+FALLING = [[100.0 * (k + 1), 0.60 - 0.01 * k + 0.001 * (-1) ** k] for k in range(10)]
+
+
+def _measured_run(tmp_path: Path, scheme: str, errors: list[int], seed: int = 0, curve=PLATEAU) -> SchemeResult:
     """A finished run whose every WER measurement has the same per-utterance errors."""
     run_dir = tmp_path / (scheme if seed == 0 else f"{scheme}-seed{seed}")
     result = _ok(scheme, 10.0)
-    result.run_dir, result.seed = str(run_dir), seed
+    result.run_dir, result.seed, result.curve = str(run_dir), seed, curve
     for metric in ALL_WER_METRICS:
         _records(run_dir, metric, errors)
     return result
@@ -150,6 +156,7 @@ def test_report_gives_intervals_and_states_only_resolved_findings(tmp_path: Path
     assert "`rope` has a" not in findings  # no direction without a resolved interval
     assert f"`abs_learned` cannot run 160 s passages: {NOT_APPLICABLE}" in findings
     assert "One training seed per scheme" in findings
+    assert "Convergence (" in findings and "converged: `rel_xl` -0.2 [-0.9, +0.6] from 6 validations" in findings
     main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
     expected = 100 * sum(base) / (10 * len(base))
     assert main["rel_xl"][2].startswith(f"{expected:.2f} [") and main["rel_xl"][3] == "reference"
@@ -182,7 +189,9 @@ def test_rel_shift_section_pairs_wenet_rel_with_rel_xl_and_the_probe_table_every
     results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "rel_xl", base, seed=1),
                _measured_run(tmp_path, "wenet_rel", base), _measured_run(tmp_path, "wenet_rel", base, seed=1),
                _measured_run(tmp_path, "abs_sin", base)]
-    # wenet_rel loses one error per utterance at 600 s (seed 1 only: pooled, +0.5 a line); abs_sin at 60 and 600 s.
+    # wenet_rel loses two errors per utterance at 600 s with seed 0 and one with seed 1 (pooled, +1.5 a line;
+    # seeds resampled: +1, +1.5 or +2); abs_sin one at 60 and 600 s.
+    _records(tmp_path / "wenet_rel", "wer_shift600", [e + 2 for e in base])
     _records(tmp_path / "wenet_rel-seed1", "wer_shift600", worse)
     for offset in (60, 600):
         _records(tmp_path / "abs_sin", f"wer_shift{offset}", worse)
@@ -190,16 +199,52 @@ def test_rel_shift_section_pairs_wenet_rel_with_rel_xl_and_the_probe_table_every
     section = text.split("## rel_shift or not")[1].split("\n## ")[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in section.splitlines() if line.startswith("| ") and "---" not in line}
-    assert rows["translation probe, clock at 600 s"][3] == "+5.00 [+5.00, +5.00], p<0.001"
+    assert rows["translation probe, clock at 600 s"][3] == "+15.00 [+10.00, +20.00], p<0.001"
     assert rows["test, rescoring, full context"][3].startswith("+0.00 [+0.00, +0.00]")
     assert rows["translation probe, clock at 0 s"][5] == "15.00, 15.00"  # each seed's WER
     assert "C4/L16 (160 ms)" in section and "160 s passages, C16/L4" in section
-    assert "worse than `rel_xl` (interval excludes zero) on: translation probe, clock at 600 s (+5.00)" in section
+    assert "worse than `rel_xl` (interval excludes zero) on: translation probe, clock at 600 s (+15.00)" in section
     probe = _table_rows(text.split("## Translation probe")[1].split("\n\n")[2])
     assert probe["rel_xl"][-1].startswith("+0.00") and probe["abs_sin"][-1].startswith("+10.00 [+10.00, +10.00]")
-    assert probe["abs_sin"][2].startswith("25.00 [") and probe["wenet_rel"][3].startswith("20.00 [")
+    assert probe["abs_sin"][2].startswith("25.00 [") and probe["wenet_rel"][3].startswith("30.00 [")
 
 
 def test_rel_shift_section_says_when_a_scheme_is_missing(tmp_path: Path) -> None:
     text = write_report(tmp_path, [_measured_run(tmp_path, "rel_xl", [1, 2] * 10)], {})[0].read_text()
     assert "lacks a finished `rel_xl` or `wenet_rel` run" in text
+
+
+def test_schemes_that_did_not_converge_are_not_ranked(tmp_path: Path) -> None:
+    base = [1, 2, 0, 3] * 15
+    worse = [e + 3 for e in base]  # resolved by far: only convergence keeps it from a ranking
+    results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "abs_sin", worse),
+               _measured_run(tmp_path, "wenet_rel", worse, curve=FALLING)]
+    text = write_report(tmp_path, results, {})[0].read_text()
+    findings = text.split("## Findings")[1].split("\n## ")[0]
+    assert "`abs_sin` has a higher (worse) WER than `rel_xl` on test WER" in findings  # both converged
+    assert "`wenet_rel` has a" not in findings
+    assert "Not ranked against `rel_xl` on test WER (rescoring, full context), because the two did not both " \
+           "converge" in findings and "`wenet_rel` +30.00 [+30.00, +30.00]" in findings
+    assert "not converged: `wenet_rel` -10.2 [-10.9, -9.4] from 6 validations" in findings and "(still falling)" in findings
+    assert "Lowest test WER (attention rescoring, full context) at this budget (not a ranking" in findings
+    section = text.split("## rel_shift or not")[1].split("\n## ")[0]
+    assert "is worse than" not in section and "- Not ranked: `rel_xl` and `wenet_rel` did not both converge" in section
+    main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
+    assert main["wenet_rel"][-1].endswith("from 6 validations: still falling")
+    assert main["rel_xl"][-1].endswith("from 6 validations: converged")
+
+
+def test_the_report_says_which_source_dominates_a_difference(tmp_path: Path) -> None:
+    base = [1, 2, 0, 3] * 15
+    results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "rel_xl", base, seed=1),
+               # wenet_rel's seeds lie 2 and 4 errors an utterance above rel_xl (WER 35 and 55%): seed sd
+               # sqrt(100 / 2), and no utterance noise (every utterance moves alike)
+               _measured_run(tmp_path, "wenet_rel", [e + 2 for e in base]),
+               _measured_run(tmp_path, "wenet_rel", [e + 4 for e in base], seed=1)]
+    text = write_report(tmp_path, results, {})[0].read_text()
+    findings = text.split("## Findings")[1].split("\n## ")[0]
+    assert "`wenet_rel` seeds 7.07, utterances 0.00 (seeds dominate)" in findings
+    section = text.split("## rel_shift or not")[1].split("\n## ")[0]
+    assert "dominated by the seeds: standard deviation 7.07 points when only seeds are resampled" in section
+    main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
+    assert main["wenet_rel"][3].startswith("+30.00 [+20.00, +40.00]")  # seeds resampled: 20, 30 or 40 points

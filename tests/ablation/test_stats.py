@@ -12,6 +12,8 @@ from asr.ablation.stats import (
     paired_difference,
     pool_seeds,
     resample_indices,
+    seeded_paired_difference,
+    seeded_wer_interval,
     wer_interval,
 )
 
@@ -151,3 +153,70 @@ def test_align_records_keeps_common_utterances_and_pools_seeds():
     run2[0]["ref_words"] = 6
     with pytest.raises(ValueError, match="word counts differ"):
         align_records([run1, run2])
+
+
+# Hierarchical bootstrap (seeds, then utterances).
+RNG = np.random.default_rng(21)
+UTT_WORDS = RNG.integers(3, 12, size=80)
+UTT_ERRORS = RNG.binomial(UTT_WORDS, 0.3)
+OTHER_ERRORS = RNG.binomial(UTT_WORDS, 0.25)
+
+
+def test_one_seed_gives_the_utterance_bootstrap_number_for_number():
+    for seed in (0, 7):
+        plain = paired_difference(UTT_ERRORS, OTHER_ERRORS, UTT_WORDS, replicates=1500, seed=seed)
+        seeded = seeded_paired_difference(UTT_ERRORS[None], OTHER_ERRORS[None], UTT_WORDS, replicates=1500, seed=seed)
+        assert (seeded.difference, seeded.low, seeded.high, seeded.p_value) == \
+            (plain.difference, plain.low, plain.high, plain.p_value)
+        assert seeded.seed_sd == 0.0 and seeded.dominant_source is None  # seed noise not measured with one seed
+        assert seeded_wer_interval(UTT_ERRORS[None], UTT_WORDS, replicates=1500, seed=seed) == \
+            wer_interval(UTT_ERRORS, UTT_WORDS, replicates=1500, seed=seed)
+
+
+def test_seeds_that_agree_add_nothing_and_a_seed_spread_widens_the_interval():
+    base = UTT_ERRORS + 6  # room to move errors down by the largest spread
+    one = seeded_paired_difference(base[None], OTHER_ERRORS[None], UTT_WORDS, seed=3)
+    twins = seeded_paired_difference(np.stack([base, base]), OTHER_ERRORS[None], UTT_WORDS, seed=3)
+    assert (twins.low, twins.high) == pytest.approx((one.low, one.high))
+    widths = []
+    for spread in (1, 3, 6):
+        # Two seeds: `spread` errors more and fewer than base on a tenth of the utterances (same pooled errors).
+        shift = np.where(np.arange(UTT_WORDS.size) % 10 == 0, spread, 0)
+        seeds = np.stack([base + shift, base - shift])
+        d = seeded_paired_difference(seeds, OTHER_ERRORS[None], UTT_WORDS, seed=3)
+        assert d.difference == pytest.approx(one.difference)
+        # The utterance-only bootstrap of the pooled errors (the old interval) cannot see the spread.
+        old = paired_difference(pool_seeds(seeds), OTHER_ERRORS, UTT_WORDS, seed=3)
+        assert (old.low, old.high) == pytest.approx((one.low, one.high))
+        widths.append(d.high - d.low)
+    assert one.high - one.low < widths[0] < widths[1] < widths[2]
+
+
+def test_source_spreads_match_enumeration_of_the_seed_draws():
+    a = np.stack([UTT_ERRORS, UTT_ERRORS + 1, UTT_ERRORS + 3])  # (3, N)
+    b = np.stack([OTHER_ERRORS, OTHER_ERRORS + 2])  # (2, N)
+    got = seeded_paired_difference(a, b, UTT_WORDS, replicates=4000, seed=9)
+    words = UTT_WORDS.sum()
+    # Every equally likely seed draw of both sides, on the whole test set.
+    exact = [(a[list(da)].mean(0).sum() - b[list(db)].mean(0).sum()) / words
+             for da in itertools.product(range(3), repeat=3) for db in itertools.product(range(2), repeat=2)]
+    assert got.seed_sd == pytest.approx(np.std(exact), rel=1e-9)
+    # Utterances only: the paired bootstrap of the pooled errors, same utterance draws.
+    idx = resample_indices(UTT_WORDS.size, 4000, seed=9)
+    pooled = (pool_seeds(a)[idx].sum(1) - pool_seeds(b)[idx].sum(1)) / UTT_WORDS[idx].sum(1)
+    assert got.utterance_sd == pytest.approx(pooled.std(), rel=1e-9)
+    assert got.dominant_source == "seeds" and got.seed_sd > got.utterance_sd
+
+
+def test_same_models_share_their_seed_draw():
+    # Two seeds of one scheme measured twice (a stream offset that changes nothing): the
+    # difference is zero in every replicate only if both sides draw the same seeds.
+    seeds = np.stack([UTT_ERRORS, OTHER_ERRORS])
+    same = seeded_paired_difference(seeds, seeds, UTT_WORDS, same_models=True)
+    assert (same.difference, same.low, same.high, same.seed_sd) == (0.0, 0.0, 0.0, 0.0)
+    independent = seeded_paired_difference(seeds, seeds, UTT_WORDS)
+    assert independent.low < 0 < independent.high
+    with pytest.raises(ValueError, match="as many seeds"):
+        seeded_paired_difference(seeds, seeds[:1], UTT_WORDS, same_models=True)
+    with pytest.raises(ValueError, match=r"\(seeds, N\)"):
+        seeded_wer_interval(UTT_ERRORS, UTT_WORDS)
