@@ -81,7 +81,7 @@ def test_streams_good_files_reports_bad_ones_and_matches_offline_decoding(checkp
     err_lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(err_lines) == 3 and "missing.wav" in err_lines[0] and "corrupt.wav" in err_lines[2]
     assert "nan.wav" in err_lines[1] and "non-finite samples (NaN or inf)" in err_lines[1]
-    assert err.splitlines()[-1] == "3 of 5 files failed"
+    assert err.splitlines()[-1] == "3 of 5 inputs failed"
     assert "Traceback" not in err
     assert "== mono16k.wav (2.00 s)" in out and "== stereo8k.flac (3.00 s)" in out
     assert out.count("RTF ") == 2 and out.count("p95 ") == 2
