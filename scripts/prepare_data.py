@@ -152,6 +152,19 @@ def import_corpus(args: argparse.Namespace, out: Path) -> None:
     if not args.src:
         sys.exit(f"--corpus {args.corpus} needs --src")
     skipped: Counter = Counter()
+    try:
+        splits = _import_splits(args, skipped)
+    except OSError as err:  # a missing source file or folder (FileNotFoundError), an unreadable one
+        sys.exit(f"prepare_data: {err}")
+    for split, cuts in splits.items():
+        path = write_cuts(cuts, out / f"cuts_{split}.jsonl.gz")
+        print(f"{split:>12}: {len(cuts):7d} cuts  {sum(c.duration for c in cuts) / 3600:8.2f} h -> {path}")
+    if skipped:
+        print(f"import skipped entries: {dict(skipped)}")
+
+
+def _import_splits(args: argparse.Namespace, skipped: Counter) -> dict:
+    """split -> CutSet of every --src (the importer's bad entries counted in ``skipped``)."""
     importer = IMPORTERS[args.corpus]
     if args.corpus in ("librispeech", "aishell"):
         splits = importer(args.src[0], skipped)
@@ -169,11 +182,7 @@ def import_corpus(args: argparse.Namespace, out: Path) -> None:
         for entry in args.src:
             split, _, path = entry.rpartition("=")
             splits[split or "train"] = importer(path, skipped)
-    for split, cuts in splits.items():
-        path = write_cuts(cuts, out / f"cuts_{split}.jsonl.gz")
-        print(f"{split:>12}: {len(cuts):7d} cuts  {sum(c.duration for c in cuts) / 3600:8.2f} h -> {path}")
-    if skipped:
-        print(f"import skipped entries: {dict(skipped)}")
+    return splits
 
 
 def prepare_xengine(out: Path, force: bool) -> None:

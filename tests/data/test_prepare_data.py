@@ -107,3 +107,12 @@ def test_a_test_only_corpus_is_built_without_tokenizer_lm_or_cmvn(tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == ["cuts_test.jsonl.gz", "cuts_test.jsonl.gz.stats.json"]
     printed = capsys.readouterr().out
     assert "no train split" in printed and "--cuts" in printed
+
+
+def test_a_missing_source_is_one_line(tmp_path):
+    import pytest
+
+    for corpus, src in (("wenet", f"test={tmp_path / 'nope.list'}"), ("kaldi", f"test={tmp_path}")):
+        with pytest.raises(SystemExit) as exc:
+            _load_script().main(["--corpus", corpus, "--src", src, "--data-dir", str(tmp_path / "out")])
+        assert str(exc.value).startswith("prepare_data: ") and "\n" not in str(exc.value)
