@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wave = item.load()
         except AudioError as err:
-            print(f"error: {item.source if isinstance(item.source, Path) else item.key}: {err}", file=sys.stderr,
-                  flush=True)
+            where = "" if isinstance(item.source, Path) else f"{item.key}: "  # the error names a file already
+            print(f"error: {where}{err}", file=sys.stderr, flush=True)
             failed += 1
             continue
         print(f"== {item.name} ({wave.numel() / SAMPLE_RATE:.2f} s)", flush=True)
