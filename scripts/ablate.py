@@ -16,8 +16,9 @@ full context and C16/L4; built on first use), the translation probe (the first 2
 utterances streamed at C16/L4 with the stream clock at 0 s, 60 s and 600 s after a silent
 lead-in; asr/ablation/translation.py), parameters, mean training step time, peak RSS of the
 training process and streaming RTF. Every WER keeps its per-utterance errors, and the report
-gives bootstrap intervals, paired differences to rel_xl and a "rel_shift or not" section
-(rel_xl against wenet_rel, Wenet's rel_pos attention without rel_shift, seeds pooled).
+gives bootstrap intervals (seeds, then utterances), paired differences to rel_xl, whether each
+scheme's validation curve converged (only converged schemes are ranked) and a "rel_shift or not"
+section (rel_xl against wenet_rel, Wenet's rel_pos attention without rel_shift, seeds pooled).
 
 Outputs in --out: report.md (table + notes), results.json, learning_curves.png,
 wer_by_scheme.png, speed_memory.png, and one folder per scheme. Re-running skips
@@ -59,6 +60,10 @@ from asr.ablation.step_timer import read_step_stats  # noqa: E402
 DEFAULT_BUDGET_STEPS = 2250
 DEFAULT_BUDGET_MINUTES = 20.0
 DEFAULT_VAL_EVERY = 360
+# Validations in a step budget: the report's convergence criterion fits the last half of
+# each curve, and six or seven points there give a one-seed slope interval t = 2.6-2.8
+# (five validations left three, t = 12.7, too wide to call any scheme converged).
+VALIDATIONS_PER_BUDGET = 12
 # Ablation-wide training overrides placed before the user's (which win):
 # - a warmup of a tenth of the step budget (a little above the quickstart's share, 300 of 4560);
 # - validation on 4 dev batches (the same ones each time): learning-curve points for
@@ -93,14 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              f"{DEFAULT_BUDGET_STEPS} steps capped at {DEFAULT_BUDGET_MINUTES:g} min when "
                              "no budget is given)")
     parser.add_argument("--val-every", type=int, default=None,
-                        help=f"validate every N steps for the learning curves (default: budget-steps/5, "
+                        help=f"validate every N steps for the learning curves (default: budget-steps/"
+                             f"{VALIDATIONS_PER_BUDGET}, "
                              f"or {DEFAULT_VAL_EVERY} for a time budget)")
     parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
     parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
     parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="training runs per scheme with seeds seed, seed+1, ...; the report pools them "
-                             "(intervals over utterances of the mean errors) and shows the seed spread (default 1)")
+                             "(intervals resample the seeds, then the utterances) and shows the seed spread (default 1)")
     parser.add_argument("--seeds-for", default=DEFAULT_SEEDS_FOR,
                         help=f"more seeds for some schemes, scheme=N,... (at least --seeds each; 'none' for no "
                              f"extras; default {DEFAULT_SEEDS_FOR})")
@@ -124,7 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.budget_steps is None and args.budget_minutes is None:
         args.budget_steps, args.budget_minutes = DEFAULT_BUDGET_STEPS, DEFAULT_BUDGET_MINUTES
     if args.val_every is None:
-        args.val_every = max(1, args.budget_steps // 5) if args.budget_steps is not None else DEFAULT_VAL_EVERY
+        args.val_every = (max(1, args.budget_steps // VALIDATIONS_PER_BUDGET) if args.budget_steps is not None
+                          else DEFAULT_VAL_EVERY)
     if args.train_timeout_minutes is None and args.budget_minutes is not None:
         args.train_timeout_minutes = 2 * args.budget_minutes + 5
     try:

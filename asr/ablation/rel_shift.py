@@ -100,7 +100,7 @@ def translation_section(analysis: Analysis, results: Sequence[SchemeResult], sch
              "-70 dBFS, 64 encoder frames: the whole C16/L4 memory) fills the attention cache, then the utterance; CTC "
              "greedy over the utterance's frames. Identical audio at every offset: a relative scheme gives identical "
              "hypotheses (tested), so a difference is the scheme reading the clock. The last column is paired over "
-             "the same utterances, seeds pooled.", "",
+             "the same utterances, seeds pooled (and resampled alike on both sides: the same models).", "",
              "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for scheme in schemes:
         cells = [_cell(analysis, m, scheme) if analysis.wer(m, scheme) else
