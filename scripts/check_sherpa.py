@@ -7,9 +7,16 @@ checkpoint, at the export's chunk size and left chunks. Prints the fraction of u
 identical (normalized) text, both WERs against the references, and the utterances that differ.
 Bad cuts are skipped and counted by the evaluation's rules.
 
+A Wenet CTC export (an imported Wenet model) is fed sherpa-onnx's own Kaldi fbank, which differs
+slightly from the model's (asr/interop/sherpa_wenet.py): the identical fraction and the two WERs
+are then what that costs, and a third line decodes our side on sherpa-onnx's frames, which must be
+identical (the graph is exact; every difference is the fbank's).
+
 Usage:
     python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ --cuts data/synth/cuts_test.jsonl.gz
     python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ --cuts CUTS --max-utts 50 --json out.json
+    python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ my_audio/ data/test/data.list
+        # any input decode.py takes (asr/data/inputs.py); WERs where there are references
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--export-dir", required=True, type=Path, help="model.onnx + tokens.txt of the checkpoint")
-    parser.add_argument("--cuts", required=True, help="Lhotse manifest of the utterances")
+    parser.add_argument("inputs", nargs="*", help="audio files or folders, a data.list, a wav.scp, a NeMo or Lhotse "
+                                                  "manifest (as decode.py)")
+    parser.add_argument("--cuts", help="Lhotse manifest of the utterances (one of the inputs)")
     parser.add_argument("--max-utts", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lead-seconds", type=float, default=0.0,
@@ -35,43 +44,60 @@ def main(argv: list[str] | None = None) -> int:
                              "its --left-padding)")
     parser.add_argument("--json", type=Path, help="write the per-utterance texts and the summary here")
     args = parser.parse_args(argv)
+    sources = [*args.inputs, *([args.cuts] if args.cuts else [])]
+    if not sources:
+        parser.error("name the audio to decode (inputs or --cuts)")
 
     import torch
 
     from asr.data.features import FeatureConfig
+    from asr.data.inputs import read_inputs
     from asr.decode.evaluate import usable_cuts
     from asr.decode.wer import ErrorCounter
-    from asr.interop.sherpa_check import compare, normalize
+    from asr.interop.sherpa_check import compare, export_layout, normalize, sherpa_frames_agreement
     from asr.train.checkpoint import load_model
 
     torch.set_num_threads(args.threads)
     model, tokenizer, cfg = load_model(args.checkpoint)
-    skipped: Counter = Counter()
-    usable = list(usable_cuts(args.cuts, max_utts=args.max_utts, skipped=skipped))
-    keys = [cut.id for cut, _, _ in usable]
-    refs = [normalize(text) for _, text, _ in usable]
-    waves = [audio.numpy() for _, _, audio in usable]
+    features = FeatureConfig.from_dict(cfg.features)
     try:
-        result = compare(args.export_dir, model, tokenizer, FeatureConfig.from_dict(cfg.features), keys, waves,
-                         args.threads, args.lead_seconds)
-    except (OSError, RuntimeError, ValueError) as err:
+        inputs = read_inputs(sources)
+        skipped: Counter = Counter(inputs.skipped)
+        usable = list(usable_cuts(inputs.cuts, max_utts=args.max_utts, skipped=skipped, references=inputs.references))
+        keys = [cut.id for cut, _, _ in usable]
+        refs = [normalize(text) for _, text, _ in usable]
+        waves = [audio.numpy() for _, _, audio in usable]
+        result = compare(args.export_dir, model, tokenizer, features, keys, waves, args.threads,
+                         args.lead_seconds)
+        on_sherpa_frames = sherpa_frames_agreement(export_layout(args.export_dir), model, tokenizer, features,
+                                                   waves, result, args.lead_seconds)
+    except (OSError, RuntimeError, ValueError) as err:  # InputError is a ValueError
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
-    counters = {"ours": ErrorCounter(), "sherpa": ErrorCounter()}
-    for key, ref, ours, sherpa in zip(keys, refs, result.ours, result.sherpa):
-        counters["ours"].add(ref, ours, key)
-        counters["sherpa"].add(ref, sherpa, key)
     n = len(keys)
     summary = {"utterances": n, "identical": result.identical, "identical_fraction": result.identical / max(n, 1),
-               "wer_ours": counters["ours"].wer, "wer_sherpa": counters["sherpa"].wer, "skipped": dict(skipped)}
+               "wer_ours": None, "wer_sherpa": None, "skipped": dict(skipped),
+               "identical_on_sherpa_frames": on_sherpa_frames}
     print(f"{n} utterances{f' (skipped {dict(skipped)})' if skipped else ''}: identical text {result.identical}/{n} "
           f"({100 * summary['identical_fraction']:.2f}%)")
-    print(f"WER ours (streaming CTC greedy) {100 * summary['wer_ours']:.2f}% | "
-          f"sherpa-onnx (greedy) {100 * summary['wer_sherpa']:.2f}%")
+    if inputs.references:
+        counters = {"ours": ErrorCounter(), "sherpa": ErrorCounter()}
+        for key, ref, ours, sherpa in zip(keys, refs, result.ours, result.sherpa):
+            counters["ours"].add(ref, ours, key)
+            counters["sherpa"].add(ref, sherpa, key)
+        summary.update(wer_ours=counters["ours"].wer, wer_sherpa=counters["sherpa"].wer)
+        print(f"WER ours (streaming CTC greedy) {100 * summary['wer_ours']:.2f}% | "
+              f"sherpa-onnx (greedy) {100 * summary['wer_sherpa']:.2f}%")
+    else:
+        print("no references: no WER computed")
+    if on_sherpa_frames is not None:
+        print(f"ours on sherpa-onnx's frames: identical {on_sherpa_frames}/{n} (the graph; the differences above are "
+              "the fbank's)")
     for key, ours, sherpa in result.differing():
         print(f"  differs {key}:\n    ours  : {ours}\n    sherpa: {sherpa}")
     if args.json:
-        rows = [{"key": k, "ref": r, "ours": o, "sherpa": s} for k, r, o, s in zip(keys, refs, result.ours, result.sherpa)]
+        rows = [{"key": k, "ref": r, "ours": o, "sherpa": s}
+                for k, r, o, s in zip(keys, refs, result.ours, result.sherpa)]
         args.json.write_text(json.dumps({"summary": summary, "utterances": rows}, indent=1))
     return 0
 

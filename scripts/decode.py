@@ -35,7 +35,8 @@ minute of audio), exact and in memory linear in the length; every setting is che
 
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
-seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.json (settings, skipped cuts by reason, and per mode
+seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.json
+(settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
 Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm][_hotwords].
 The evaluation itself is asr.decode.evaluate, the one the ablation uses too.

@@ -16,13 +16,17 @@ Writes encoder_step.onnx, encoder_step.pt (TorchScript) and, with --int8,
 encoder_step.int8.onnx (dynamic int8 weights). Needs the optional extra:
 pip install -e '.[export]'.
 
-sherpa-onnx (its online NeMo CTC format: encoder, CMVN, online CMN and CTC in one graph with
-the stream state as explicit tensors, any number of streams a call; asr/interop/sherpa_onnx.py):
+sherpa-onnx (encoder, CMVN, online CMN and CTC in one graph with the stream state as explicit
+tensors):
     python scripts/export.py --checkpoint last.ckpt --out-dir exported/ --format sherpa-onnx --chunk-size 16
-writes model.onnx and tokens.txt and prints the sherpa-onnx commands that run them. It refuses
-(exit 2, naming why) a non-causal model, a chunk size or memory sherpa-onnx cannot hold
-(--chunk-size and --left-chunks >= 1), abs_learned, a checkpoint without its tokenizer, and a
-model trained on fbank options sherpa-onnx does not compute (train with features=sherpa).
+writes model.onnx and tokens.txt and prints the sherpa-onnx commands that run them. A model trained
+with features=sherpa goes to its online NeMo CTC format (asr/interop/sherpa_onnx.py: exact, any
+number of streams a call); one with Wenet's Kaldi fbank (an imported Wenet model) to its online Wenet
+CTC format, the one sherpa-onnx runs Wenet's own models with (asr/interop/sherpa_wenet.py), with a
+warning that sherpa-onnx computes those frames slightly otherwise (snip_edges, mel bank top) and
+what that costs. It refuses (exit 2, naming why) a non-causal model, a chunk size or memory
+sherpa-onnx cannot hold (--chunk-size and --left-chunks >= 1), abs_learned, a checkpoint without its
+tokenizer, and fbank options neither format computes (train with features=sherpa).
 """
 
 from __future__ import annotations
@@ -52,24 +56,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def export_sherpa(args: argparse.Namespace) -> int:
-    from asr.interop.sherpa_onnx import SherpaExportError, export_checkpoint, run_commands
+    from asr.interop.sherpa_onnx import SherpaExportError, export_checkpoint
 
     try:
-        model_path, tokens_path, layout = export_checkpoint(args.checkpoint, args.out_dir, args.chunk_size,
-                                                            args.left_chunks)
+        export = export_checkpoint(args.checkpoint, args.out_dir, args.chunk_size, args.left_chunks)
     except (OSError, KeyError, ValueError) as err:  # SherpaExportError is a ValueError
         kind = "cannot export for sherpa-onnx" if isinstance(err, SherpaExportError) else "error"
         print(f"{kind}: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
-    print(f"sherpa-onnx NeMo CTC: chunk {layout.chunk_size} frames ({layout.window} feature frames in, "
-          f"{layout.shift} between chunks), {layout.left_chunks} left chunks, scheme {layout.pos_enc}, "
-          f"online CMN {'on' if layout.online_cmn_frames > 0 else 'off'}")
-    for path in (model_path, tokens_path):
+    layout = export.layout
+    cmn = "" if export.model_type == "wenet_ctc" else f", online CMN {'on' if layout.online_cmn_frames > 0 else 'off'}"
+    print(f"sherpa-onnx {'Wenet' if export.model_type == 'wenet_ctc' else 'NeMo'} CTC: chunk {layout.chunk_size} "
+          f"frames ({layout.window} feature frames in, {layout.shift} between chunks), {layout.left_chunks} left "
+          f"chunks, scheme {layout.pos_enc}{cmn}")
+    for path in (export.model_path, export.tokens_path):
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
     if layout.subsampling != 4:
         print(f"note: sherpa-onnx's CTC timestamps and endpoint rules assume 4x subsampling; this model's is "
               f"{layout.subsampling}x (its text is unaffected)")
-    print("run it:\n  " + "\n  ".join(run_commands(args.out_dir, layout)))
+    for warning in export.warnings:
+        print(f"warning: {warning}")
+    print("run it:\n  " + "\n  ".join(export.commands))
     return 0
 
 

@@ -2,10 +2,13 @@
 
 Usage:
     python scripts/import_wenet.py WENET_DIR --out exp/wenet/imported.ckpt
-    python scripts/decode.py --checkpoint exp/wenet/imported.ckpt --data-dir data/mine --modes attention_rescoring
+    python scripts/decode.py --checkpoint exp/wenet/imported.ckpt my_audio/ --reverse-weight 0.3   # any audio
+    python scripts/decode.py --checkpoint exp/wenet/imported.ckpt data/test/data.list   # scored (or wav.scp + text)
     python scripts/stream.py --checkpoint exp/wenet/imported.ckpt --chunk-size 16 --left-chunks 4 a.wav
     python scripts/serve.py --checkpoint exp/wenet/imported.ckpt --port 10086
-    python scripts/train.py data.data_dir=data/mine init_from=exp/wenet/imported.ckpt   # fine-tune
+    python scripts/export.py --checkpoint exp/wenet/imported.ckpt --format sherpa-onnx --out-dir exp/wenet/sherpa
+    python scripts/train.py init_from=exp/wenet/imported.ckpt data.data_dir=data/mine data.tokenizer_path=WENET_DIR \
+        trainer.max_steps=2000 optim.scheduler.warmup_steps=200   # fine-tune: the model's fbank, CMVN, loss weights
 
 WENET_DIR holds final.pt, train.yaml, units.txt, global_cmvn (Wenet's JSON or Kaldi's text
 form) and, for BPE units, bpe.model (Wenet 1.x-3.x layouts; where train.yaml names no tokenizer,

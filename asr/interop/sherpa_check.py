@@ -9,9 +9,11 @@ decodes a chunk only once more than its window of frames is there and drops the 
 chunk, so without the tail it would never decode the end of an utterance (its own examples
 and servers add one, 0.66-0.8 s); our recognizer decodes the tail as well (blanks).
 
-What is compared is the greedy path: sherpa-onnx's result tokens, mapped back to ids through
-tokens.txt, against ours; both become text through our tokenizer (sherpa-onnx's own text
-spells ``<unk>`` out, and loses the ``<`` of a leading one). Identical ids give identical text.
+Either export format runs (``asr.interop.sherpa_onnx``'s NeMo CTC, ``asr.interop.sherpa_wenet``'s
+Wenet CTC, told apart by its metadata). What is compared is the greedy path: sherpa-onnx's result
+tokens, mapped back to ids through tokens.txt, against ours; both become text through our
+tokenizer (sherpa-onnx's own text spells ``<unk>`` out, and loses the ``<`` of a leading one).
+Identical ids give identical text.
 """
 
 from __future__ import annotations
@@ -38,21 +40,50 @@ def tail_seconds(layout) -> float:
     return (layout.window + layout.shift) * FRAME_SHIFT_S + 0.1
 
 
+def with_tail(layout, waves: list[np.ndarray], lead_s: float = 0.0) -> list[np.ndarray]:
+    """Each wave (float32) after ``lead_s`` seconds of zeros and before the zeros sherpa-onnx needs to
+    decode its end (:func:`tail_seconds`)."""
+    if lead_s < 0:
+        raise ValueError(f"lead_s ({lead_s}) must be >= 0.")
+    lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
+    tail = np.zeros(int(tail_seconds(layout) * SAMPLE_RATE), np.float32)
+    return [np.concatenate([lead, np.asarray(w, np.float32), tail]) for w in waves]
+
+
 def normalize(text: str) -> str:
     """Lower case, <unk> dropped (our tokenizers drop it from text), single spaces."""
     return " ".join(text.replace(UNK_SYMBOL, "").lower().split())
 
 
+def export_layout(export_dir: str | Path):
+    """The layout of an export of either format (``SherpaLayout`` or ``WenetLayout``), from its metadata."""
+    from asr.interop.sherpa_onnx import SherpaRunner
+    from asr.interop.sherpa_wenet import WenetRunner
+
+    path = Path(export_dir) / "model.onnx"
+    try:
+        return WenetRunner(path).layout
+    except ValueError:
+        return SherpaRunner(path).layout
+
+
 def sherpa_tokens(export_dir: str | Path, waves: list[np.ndarray], threads: int = 1,
                   timeout_s: float = 600.0) -> list[list[int]]:
     """sherpa-onnx's greedy token ids of each wave (float32 in [-1, 1], tail included), in a child process."""
+    from asr.interop.sherpa_wenet import WenetLayout
+
     with tempfile.TemporaryDirectory(prefix="asr_sherpa_") as tmp:
         audio = Path(tmp) / "waves.npz"
         np.savez(audio, *[np.asarray(w, np.float32) for w in waves])
-        proc = subprocess.run(
-            [sys.executable, "-m", "asr.interop.sherpa_check", str(export_dir), str(audio), "--threads", str(threads)],
-            capture_output=True, text=True, timeout=timeout_s,
-        )
+        command = [sys.executable, "-m", "asr.interop.sherpa_check", str(export_dir), str(audio), "--threads",
+                   str(threads)]
+        try:
+            layout = export_layout(export_dir)
+        except Exception:  # noqa: BLE001  (not an export ORT reads: sherpa-onnx gives the error)
+            layout = None
+        if isinstance(layout, WenetLayout):
+            command += ["--wenet", str(layout.chunk_size), str(layout.left_chunks), str(layout.input_dim)]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"sherpa-onnx failed on {export_dir} (exit {proc.returncode}): {tail}")
@@ -123,28 +154,44 @@ def compare(export_dir: str | Path, model, tokenizer, features, keys: list[str],
             threads: int = 1, lead_s: float = 0.0) -> Comparison:
     """Both decoders on the same audio: each wave after ``lead_s`` of zeros (what sherpa-onnx's own command line
     puts first: ``--left-padding``, 0.5 s unless told) and before the tail sherpa-onnx needs."""
-    if lead_s < 0:
-        raise ValueError(f"lead_s ({lead_s}) must be >= 0.")
-    from asr.interop.sherpa_onnx import SherpaRunner
-
-    layout = SherpaRunner(Path(export_dir) / "model.onnx").layout
-    tail = np.zeros(int(tail_seconds(layout) * SAMPLE_RATE), np.float32)
-    lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
-    padded = [np.concatenate([lead, np.asarray(w, np.float32), tail]) for w in waves]
+    layout = export_layout(export_dir)
+    padded = with_tail(layout, waves, lead_s)
     ours = our_greedy_tokens(model, tokenizer, features, layout.chunk_size, layout.left_chunks, padded)
     sherpa = sherpa_tokens(export_dir, padded, threads)
     texts = [[normalize(tokenizer.decode(ids)) for ids in side] for side in (ours, sherpa)]
     return Comparison(list(keys), ours, sherpa, *texts)
 
 
-def _decode_in_this_process(export_dir: str, audio: str, threads: int) -> list[list[str]]:
+def sherpa_frames_agreement(layout, model, tokenizer, features, waves: list[np.ndarray],
+                            result: Comparison, lead_s: float = 0.0) -> int | None:
+    """For a Wenet CTC export whose frontend differs from the model's frames: how many utterances our
+    streaming recognizer, fed sherpa-onnx's own frames, decodes to sherpa-onnx's very ids (all of them
+    when the graph is exact). None for an export whose frames are the model's."""
+    from dataclasses import replace
+
+    from asr.interop.sherpa_wenet import SHERPA_WENET, WenetLayout, feature_gap
+
+    if not isinstance(layout, WenetLayout) or not feature_gap(features):
+        return None
+    padded = with_tail(layout, waves, lead_s)  # the audio :func:`compare` gave both sides
+    theirs = replace(SHERPA_WENET, num_mel_bins=features.num_mel_bins)
+    ours = our_greedy_tokens(model, tokenizer, theirs, layout.chunk_size, layout.left_chunks, padded)
+    return sum(a == b for a, b in zip(ours, result.sherpa_ids))
+
+
+def _decode_in_this_process(export_dir: str, audio: str, threads: int, wenet: list[int] | None) -> list[list[str]]:
+    """``wenet``: (chunk_size, left_chunks, feature bins) of a Wenet CTC export (sherpa-onnx takes them as
+    options); None: a NeMo CTC export."""
     import sherpa_onnx
 
     folder = Path(export_dir)
-    recognizer = sherpa_onnx.OnlineRecognizer.from_nemo_ctc(
-        tokens=str(folder / "tokens.txt"), model=str(folder / "model.onnx"), num_threads=threads,
-        sample_rate=SAMPLE_RATE, decoding_method="greedy_search",
-    )
+    files = {"tokens": str(folder / "tokens.txt"), "model": str(folder / "model.onnx"), "num_threads": threads,
+             "sample_rate": SAMPLE_RATE, "decoding_method": "greedy_search"}
+    if wenet:
+        recognizer = sherpa_onnx.OnlineRecognizer.from_wenet_ctc(
+            **files, chunk_size=wenet[0], num_left_chunks=wenet[1], feature_dim=wenet[2])
+    else:
+        recognizer = sherpa_onnx.OnlineRecognizer.from_nemo_ctc(**files)
     texts = []
     with np.load(audio) as waves:
         for name in sorted(waves.files, key=lambda n: int(n.split("_")[1])):
@@ -163,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("export_dir")
     parser.add_argument("audio")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--wenet", type=int, nargs=3, metavar=("CHUNK", "LEFT", "BINS"),
+                        help="a Wenet CTC export: its chunk size, left chunks and feature bins")
     args = parser.parse_args(argv)
-    print(json.dumps(_decode_in_this_process(args.export_dir, args.audio, args.threads)))
+    print(json.dumps(_decode_in_this_process(args.export_dir, args.audio, args.threads, args.wenet)))
     return 0
 
 

@@ -135,7 +135,18 @@ def sherpa_feature_problems(features: FeatureConfig) -> dict[str, tuple]:
 
 
 def check_exportable(model, features: FeatureConfig, chunk_size: int, left_chunks: int, tokenizer) -> None:
-    """Raise :class:`SherpaExportError` naming what sherpa-onnx cannot run as we do."""
+    """Raise :class:`SherpaExportError` naming what sherpa-onnx cannot run as we do in its NeMo CTC format."""
+    check_streamable(model, chunk_size, left_chunks, tokenizer)
+    problems = sherpa_feature_problems(features)
+    if problems:
+        listed = ", ".join(f"{k}={ours!r} (sherpa-onnx: {theirs!r})" for k, (ours, theirs) in problems.items())
+        raise SherpaExportError(
+            f"sherpa-onnx computes other fbank frames than this model was trained on: {listed}. Train with "
+            "features=sherpa (conf/features/sherpa.yaml) to deploy with sherpa-onnx.")
+
+
+def check_streamable(model, chunk_size: int, left_chunks: int, tokenizer) -> None:
+    """Raise :class:`SherpaExportError` naming what no sherpa-onnx streaming format can run."""
     encoder = model.encoder
     if not encoder.causal:
         raise SherpaExportError("the encoder was built with causal=False: a non-causal model cannot stream, "
@@ -155,12 +166,27 @@ def check_exportable(model, features: FeatureConfig, chunk_size: int, left_chunk
     check_exportable_tokenizer(tokenizer)
     if int(tokenizer.vocab_size) != model.vocab_size:
         raise SherpaExportError(f"the tokenizer has {tokenizer.vocab_size} ids, the model {model.vocab_size}.")
-    problems = sherpa_feature_problems(features)
-    if problems:
-        listed = ", ".join(f"{k}={ours!r} (sherpa-onnx: {theirs!r})" for k, (ours, theirs) in problems.items())
-        raise SherpaExportError(
-            f"sherpa-onnx computes other fbank frames than this model was trained on: {listed}. Train with "
-            "features=sherpa (conf/features/sherpa.yaml) to deploy with sherpa-onnx.")
+
+
+def stream_sizes(model, chunk_size: int, left_chunks: int) -> dict:
+    """The sizes every sherpa-onnx streaming export states: chunking (W frames in every S) and the
+    tensors of the stream state (:class:`SherpaLayout`'s fields but online CMN)."""
+    encoder = model.encoder
+    sub = encoder.subsampling
+    return dict(chunk_size=chunk_size, left_chunks=left_chunks, window=sub.window + sub.rate * (chunk_size - 1),
+                shift=sub.rate * chunk_size, subsampling=sub.rate, input_dim=encoder.input_dim,
+                d_model=encoder.d_model, num_layers=len(encoder.blocks), num_heads=encoder.scheme.num_heads,
+                conv_context=encoder.blocks[0].conv.kernel - 1, vocab_size=model.vocab_size,
+                pos_enc=encoder.scheme.name)
+
+
+def embed_positions(x: torch.Tensor, time: torch.Tensor, pos_enc: str) -> torch.Tensor:
+    """The scheme's input term at each row's absolute times ``time[b] + [0, C)``. x: (B, C, D), time: (B,)."""
+    if pos_enc != "abs_sin":
+        return x  # the other schemes put their positions in the attention scores
+    positions = time[:, None] + torch.arange(x.size(1), device=x.device)  # (B, C)
+    table = sinusoid_table(positions.reshape(-1).double(), x.size(2))  # (B * C, D)
+    return x + table.reshape(x.shape).to(x.dtype)
 
 
 class SherpaCtcStep(nn.Module):
@@ -178,15 +204,9 @@ class SherpaCtcStep(nn.Module):
         encoder.init_state(1, chunk_size, left_chunks)  # chunk arguments and causality, with their messages
         self.model = model.eval()
         self.encoder = encoder
-        sub = encoder.subsampling
-        self.layout = SherpaLayout(
-            chunk_size=chunk_size, left_chunks=left_chunks, window=sub.window + sub.rate * (chunk_size - 1),
-            shift=sub.rate * chunk_size, subsampling=sub.rate, input_dim=encoder.input_dim, d_model=encoder.d_model,
-            num_layers=len(encoder.blocks), num_heads=encoder.scheme.num_heads,
-            conv_context=encoder.blocks[0].conv.kernel - 1, vocab_size=model.vocab_size,
-            online_cmn_frames=encoder.online_cmn_frames, pos_enc=encoder.scheme.name,
-            online_cmn_gate_db=encoder.online_cmn_gate_db,
-        )
+        self.layout = SherpaLayout(**stream_sizes(model, chunk_size, left_chunks),
+                                   online_cmn_frames=encoder.online_cmn_frames,
+                                   online_cmn_gate_db=encoder.online_cmn_gate_db)
 
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
         """Zero features of a first chunk and the initial state of ``batch_size`` streams (for tracing)."""
@@ -217,14 +237,6 @@ class SherpaCtcStep(nn.Module):
             kept += [after.count[:, last, None], after.level[:, last, None]]
         return out, torch.cat(kept, dim=1).to(feats.dtype)
 
-    def _embed_positions(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        """The scheme's input term at each row's absolute times ``time[b] + [0, C)``. x: (B, C, D)."""
-        if self.layout.pos_enc != "abs_sin":
-            return x  # relative schemes (and none) put their positions in the attention scores
-        positions = time[:, None] + torch.arange(x.size(1), device=x.device)  # (B, C)
-        table = sinusoid_table(positions.reshape(-1).double(), x.size(2))  # (B * C, D)
-        return x + table.reshape(x.shape).to(x.dtype)
-
     def forward(self, audio_signal, length, cache_last_channel, cache_last_time, cache_last_channel_len):
         """One chunk of B streams -> log_probs (B, C, V), lengths (B,) and the next state (module docstring)."""
         lay, encoder = self.layout, self.encoder
@@ -237,7 +249,7 @@ class SherpaCtcStep(nn.Module):
         if lay.online_cmn_frames > 0:
             feats, sums = self._online_cmn(feats, flat[:, lay.conv_size :], time)
         x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (B, C, D)
-        x = self._embed_positions(x, time)
+        x = embed_positions(x, time, lay.pos_enc)
         valid = torch.clamp(time, max=M)  # (B,) cached frames that are real
         mask = (torch.arange(M + C, device=x.device)[None] >= (M - valid)[:, None])[:, None]  # (B, 1, M + C)
         next_kv, next_conv = [], []
@@ -245,7 +257,8 @@ class SherpaCtcStep(nn.Module):
             cached = cache_last_channel[:, i]  # (B, M, 2D)
             keys = cached[..., :D].reshape(B, M, H, Dh).transpose(1, 2)  # (B, H, M, Dh)
             values = cached[..., D:].reshape(B, M, H, Dh).transpose(1, 2)
-            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i])  # k, v: (B, H, M + C, Dh)
+            # the clock: wenet_rel scores each key's absolute time
+            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time)  # k, v: (B, H, M + C, Dh)
             k = k[:, :, C:].transpose(1, 2).reshape(B, M, D)  # the last M frames
             v = v[:, :, C:].transpose(1, 2).reshape(B, M, D)
             next_kv.append(torch.cat([k, v], dim=-1))  # (B, M, 2D)
@@ -264,17 +277,22 @@ class SherpaCtcStep(nn.Module):
 @torch.no_grad()
 def export_sherpa_onnx(step: SherpaCtcStep, tokenizer, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``model.onnx`` (batch axis dynamic, the metadata sherpa-onnx reads) and ``tokens.txt``."""
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    return write_export(step, tokenizer, out_dir, INPUT_NAMES, OUTPUT_NAMES, {name: {0: batch} for name in INPUT_NAMES})
+
+
+def write_export(step: nn.Module, tokenizer, out_dir: str | Path, input_names, output_names,
+                 dynamic_shapes: dict | None = None) -> tuple[Path, Path]:
+    """``step`` traced into ``out_dir/model.onnx`` with its layout's metadata, and ``tokens.txt``."""
     import onnx
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model_path = out_dir / "model.onnx"
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    dynamic = {name: {0: batch} for name in INPUT_NAMES}
     torch.onnx.export(
-        step, step.example_inputs(), str(model_path), input_names=list(INPUT_NAMES),
-        output_names=list(OUTPUT_NAMES), opset_version=ONNX_OPSET, dynamo=True, external_data=False,
-        dynamic_shapes=dynamic,
+        step, step.example_inputs(), str(model_path), input_names=list(input_names),
+        output_names=list(output_names), opset_version=ONNX_OPSET, dynamo=True, external_data=False,
+        dynamic_shapes=dynamic_shapes,
     )
     graph = onnx.load(str(model_path))
     for key, value in step.layout.metadata().items():
@@ -297,18 +315,23 @@ def write_tokens(tokenizer, path: str | Path) -> Path:
     return path
 
 
+def runner_session(model_path: str | Path, threads: int = 1):
+    """An ONNX Runtime CPU session on ``threads`` threads and the model's metadata (dict)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    return session, session.get_modelmeta().custom_metadata_map
+
+
 class SherpaRunner:
     """Runs an export the way sherpa-onnx's online CTC recognizer does, in ONNX Runtime (for checks
     without sherpa-onnx): whole chunks of W frames every S frames, greedy CTC across chunks."""
 
     def __init__(self, model_path: str | Path, threads: int = 1) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-        meta = self.session.get_modelmeta().custom_metadata_map
+        self.session, meta = runner_session(model_path, threads)
         if METADATA_KEY not in meta:
             raise ValueError(f"{model_path} holds no {METADATA_KEY} metadata: not written by asr.interop.sherpa_onnx.")
         self.layout = SherpaLayout(**json.loads(meta[METADATA_KEY]))
@@ -329,22 +352,47 @@ class SherpaRunner:
         return np.concatenate(outs) if outs else np.zeros((0, lay.vocab_size), np.float32)
 
 
-def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: int, left_chunks: int
-                      ) -> tuple[Path, Path, SherpaLayout]:
-    """Load a training checkpoint, check that sherpa-onnx can run it as we do, write model.onnx + tokens.txt.
+@dataclass
+class SherpaExport:
+    """What :func:`export_checkpoint` wrote: sherpa-onnx's ``model_type`` (``nemo_ctc`` or ``wenet_ctc``),
+    the files, the layout (``SherpaLayout`` / ``asr.interop.sherpa_wenet.WenetLayout``), the sherpa-onnx
+    commands that run them, and what the user must know (``warnings``)."""
 
-    Raises :class:`SherpaExportError` (what sherpa-onnx cannot reproduce, named), or the
-    checkpoint's own loading errors (``asr.train.checkpoint_file.CheckpointError``: one without a
-    tokenizer among them).
+    model_type: str
+    model_path: Path
+    tokens_path: Path
+    layout: object
+    commands: list[str]
+    warnings: list[str]
+
+
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: int, left_chunks: int) -> SherpaExport:
+    """Load a checkpoint, check that sherpa-onnx can run it, write model.onnx + tokens.txt.
+
+    The format follows the model's fbank: sherpa-onnx's NeMo CTC format when the model was trained
+    on the frames sherpa-onnx computes for it (``features=sherpa``: exact), else its Wenet CTC format,
+    whose Kaldi fbank is Wenet's up to the options ``asr.interop.sherpa_wenet`` tolerates and warns
+    about (an imported Wenet model, or one trained with Wenet's features). Raises
+    :class:`SherpaExportError` (what sherpa-onnx cannot run, named), or the checkpoint's own loading
+    errors (``asr.train.checkpoint_file.CheckpointError``: one without a tokenizer among them).
     """
     from asr.train.checkpoint import load_model
 
     model, tokenizer, cfg = load_model(ckpt_path)
     features = FeatureConfig.from_dict(cfg.features)
+    if sherpa_feature_problems(features):
+        from asr.interop import sherpa_wenet
+
+        check_streamable(model, chunk_size, left_chunks, tokenizer)
+        sherpa_wenet.check_wenet_exportable(model, features, chunk_size, left_chunks)
+        step = sherpa_wenet.WenetCtcStep(model, chunk_size, left_chunks)
+        paths = sherpa_wenet.export_wenet_ctc(step, tokenizer, out_dir)
+        return SherpaExport("wenet_ctc", *paths, step.layout, sherpa_wenet.run_commands(out_dir, step.layout),
+                            sherpa_wenet.gap_warnings(features, ckpt_path, out_dir))
     check_exportable(model, features, chunk_size, left_chunks, tokenizer)
     step = SherpaCtcStep(model, chunk_size, left_chunks)
-    model_path, tokens_path = export_sherpa_onnx(step, tokenizer, out_dir)
-    return model_path, tokens_path, step.layout
+    paths = export_sherpa_onnx(step, tokenizer, out_dir)
+    return SherpaExport("nemo_ctc", *paths, step.layout, run_commands(out_dir, step.layout), [])
 
 
 def check_exportable_tokenizer(tokenizer) -> None:

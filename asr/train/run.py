@@ -137,7 +137,8 @@ def build_module(cfg: DictConfig, tokenizer: Any, cmvn_path: str | Path,
         report = load_source_weights(model, source, tokenizer)
         if not run_cmvn and "encoder.cmvn_mean" in report.reinitialized:
             raise ValueError(f"init_from: the source's CMVN does not fit this model "
-                             f"({report.reinitialized['encoder.cmvn_mean']}); set data.cmvn_file to stats of its frames.")
+                             f"({report.reinitialized['encoder.cmvn_mean']}); set data.cmvn_file to stats of its "
+                             "frames.")
         if run_cmvn:  # the run's stats, as the command line asked, over the source's
             model.encoder.set_cmvn(*cmvn)
         print("\n".join([f"init_from {source.path} (keep_architecture={finetune.keep_architecture})",

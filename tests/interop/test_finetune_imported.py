@@ -35,9 +35,9 @@ def readme_overrides(ckpt, data, model_folder) -> list[str]:
 
 
 # A seconds-long CPU run: not the user's choices, so not on the command line Hydra records.
-SHRINK = ["data.num_workers=0", "data.max_duration=4.0", "data.max_duration_per_utt=2.0", "data.num_buckets=2", "trainer.val_check_interval=3",
-          "trainer.check_val_every_n_epoch=null", "trainer.limit_val_batches=1", "trainer.max_time=null",
-          "~callbacks.progress_bar", "+trainer.enable_model_summary=false", "logger=csv"]
+SHRINK = ["data.num_workers=0", "data.max_duration=4.0", "data.max_duration_per_utt=2.0", "data.num_buckets=2",
+          "trainer.val_check_interval=3", "trainer.check_val_every_n_epoch=null", "trainer.limit_val_batches=1",
+          "trainer.max_time=null", "~callbacks.progress_bar", "+trainer.enable_model_summary=false", "logger=csv"]
 
 
 def test_finetuning_an_imported_model_adopts_its_frames_cmvn_and_loss_weights(tmp_path, capsys):
