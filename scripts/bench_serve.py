@@ -341,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
              "--chunk-size", str(args.chunk_size), "--left-chunks", str(args.left_chunks), "--beam", str(args.beam),
              "--max-connections", str(max(args.counts) + args.list_flood),
              "--max-connections-per-client", str(max(args.counts) + args.list_flood),
-             "--no-endpoint", "--threads", str(args.threads),
+             # the whole file reaches the decoder, so its final can equal the offline one
+             "--no-endpoint", "--vad", "none", "--threads", str(args.threads),
              "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
              *lm_argv(args)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -103,10 +103,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-silence", type=float, default=DEFAULT_TRAILING_SILENCE_S, metavar="S",
                         help=f"seconds of silence after speech that end an utterance (default "
                              f"{DEFAULT_TRAILING_SILENCE_S:g}, Wenet's)")
-    parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="none",
+    # Live sessions (bench_live.py: lead-ins, pauses and room tone around test sentences) read within
+    # a point of the same sentences alone with a VAD and both resets, 13-19 points worse without
+    # (data/results/live.md): a microphone's silence never reaches the encoder, and what an utterance
+    # heard does not colour the next one.
+    parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="both",
                         help="what restarts at an endpoint besides the decoder: the encoder's attention and conv "
-                             "caches, the online CMN's running mean, both, or none (default none)")
-    add_vad_arguments(parser)
+                             "caches, the online CMN's running mean, both, or none (default both)")
+    add_vad_arguments(parser, default="silero")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
     parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",

@@ -254,13 +254,16 @@ def _merged(events: list[Speech | SpeechEnd]) -> list[Speech | SpeechEnd]:
     return out
 
 
-def add_vad_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--vad`` and its settings: the same in every script."""
+def add_vad_arguments(parser: argparse.ArgumentParser, default: str = "none") -> None:
+    """``--vad`` and its settings: the same in every script. ``default``: the script's ``--vad``
+    (the server's live microphones want silero; files of trimmed sentences read best without)."""
+    if default not in VAD_CHOICES:
+        raise ValueError(f"--vad default {default!r} is not one of {VAD_CHOICES}.")
     defaults = VadConfig()
-    parser.add_argument("--vad", choices=VAD_CHOICES, default="none",
+    parser.add_argument("--vad", choices=VAD_CHOICES, default=default,
                         help="voice activity detector in front of the recognizer: silero (Silero VAD's ONNX model "
                              "from the silero-vad wheel) keeps non-speech out of the encoder; none feeds all audio "
-                             "(default none)")
+                             f"(default {default})")
     parser.add_argument("--vad-threshold", type=float, default=defaults.threshold,
                         help=f"speech probability that starts speech (default {defaults.threshold})")
     parser.add_argument("--vad-min-speech", type=float, default=defaults.min_speech_s, metavar="S",
