@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.ablation.evaluate import EvalConfig, evaluate_checkpoint  # noqa: E402
 from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings  # noqa: E402
 from asr.ablation.step_timer import read_step_stats  # noqa: E402
+from asr.decode.options import add_search_arguments  # noqa: E402
 
 # The default budget is the same number of optimizer steps for every scheme, with a
 # wall-clock cap (Lightning max_time) as a guard on a slower machine. 2250 steps of the
@@ -115,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-utts", type=int, default=0,
                         help="test utterances decoded per WER column (default 0 = all)")
     parser.add_argument("--rtf-utts", type=int, default=10, help="test utterances streamed for the RTF")
-    parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam for attention rescoring")
+    add_search_arguments(parser, rescoring=False)  # the evaluation rescores at the default weights
     parser.add_argument("--train-timeout-minutes", type=float, default=None,
                         help="kill a training run after this long (default: 2x the minute budget + 5)")
     parser.add_argument("--report-only", action="store_true",

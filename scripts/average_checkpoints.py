@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from asr.decode.options import add_checkpoint_argument  # noqa: E402
 from asr.train.checkpoint import top_k_checkpoints, write_averaged_checkpoint  # noqa: E402
 
 
@@ -27,8 +28,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", help="training run folder (holds checkpoints/last.ckpt)")
     parser.add_argument("--num", type=int, default=5, help="how many best checkpoints to average")
-    parser.add_argument("--checkpoint", "--ckpts", dest="checkpoints", action="extend", nargs="+", metavar="PATH",
-                        help="explicit checkpoints instead of a run's top-k")
+    add_checkpoint_argument(parser, many=True)  # explicit checkpoints instead of a run's top-k
     parser.add_argument("--out", help="output checkpoint path")
     args = parser.parse_args(argv)
     if args.checkpoints:

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 from asr.model.positions import POSITION_SCHEMES, build_position_scheme
 from asr.model.scorers import blocked
+from asr.decode.options import add_threads_argument
 
 B, H, DH = 8, 4, 64
 BASELINE = "sdpa"
@@ -217,7 +218,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="L in 128, 256 only")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    # A fixed count, not torch's default: timings compare across runs and hosts.
+    add_threads_argument(parser, default=2)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="timer (default: process CPU time)")
     parser.add_argument("--repeats", type=int, default=0, help="timed repeats (default 9, 5 with --quick)")
     parser.add_argument("--lengths", type=int, nargs="*", help="override the lengths")

@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -34,6 +33,8 @@ from asr.decode.biasing_eval import (compile_times_ms, decode_setting, encode_al
                                      utterance_list)
 from asr.decode.evaluate import load_utterances  # noqa: E402
 from asr.decode.hotwords import HotwordCompiler, add_hotword_arguments, read_hotwords  # noqa: E402
+from asr.decode.options import (add_checkpoint_argument, add_search_arguments, add_threads_argument,  # noqa: E402
+                                options_from_args, set_threads)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 
 
@@ -43,23 +44,23 @@ def floats(text: str) -> list[float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(parser)
     parser.add_argument("--biasing-dir", required=True, help="where prepare_data.py --biasing put the splits")
     parser.add_argument("--split", default="biasing_test", help="biasing_test (test voices) or biasing_dev")
     parser.add_argument("--sizes", default="0,100,500,1000", help="distractors per list (comma-separated)")
     parser.add_argument("--scores", help="hotword scores to compare (comma-separated; default --hotword-score)")
     parser.add_argument("--rescore-weights", help="shares of the bonus rescoring keeps (default --hotword-rescore-weight)")
-    parser.add_argument("--beam", type=int, default=10)
-    parser.add_argument("--ctc-weight", type=float, default=0.5)
+    add_search_arguments(parser)
     parser.add_argument("--max-utts", type=int, help="only the first N utterances of each set")
     parser.add_argument("--false-alarm-cuts", help="ordinary utterances (default: cuts_test of the model's corpus)")
     parser.add_argument("--no-false-alarm", action="store_true", help="skip the false-alarm check")
     parser.add_argument("--compile-lists", type=int, default=20, help="1000-phrase lists timed for compiling")
     parser.add_argument("--out", help="write every number as JSON here")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steady CPU times)")
+    add_threads_argument(parser, default=1)  # one thread: steady CPU times
     add_hotword_arguments(parser)
     add_lm_arguments(parser)
     args = parser.parse_args(argv)
+    options_from_args(args, parser)
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     args.scores = floats(args.scores) if args.scores else [args.hotword_score]
     args.rescore_weights = floats(args.rescore_weights) if args.rescore_weights else [args.hotword_rescore_weight]
@@ -72,7 +73,7 @@ def pct(x: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     from asr.train.checkpoint import load_model
 
     model, tokenizer, cfg = load_model(args.checkpoint)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             decode_lists = [None] * len(entries) if size is None else [utterance_list(e, size) for e in entries]
             scored = own if size is None else decode_lists
             row = decode_setting(model, tokenizer, encoded, decode_lists, scored, compiler, fusion, args.beam,
-                                 args.ctc_weight, args.rescore_weights, args.hotword_unbiased_keep)
+                                 args.ctc_weight, args.rescore_weights, args.hotword_unbiased_keep, args.reverse_weight)
             cells = [row.ctc] + [row.rescored[w] for w in args.rescore_weights]
             label = "none" if size is None else f"N={size}"
             print(f"| {lm_name} | {label} | {'-' if score is None else f'{score:g}'} | "
@@ -164,7 +165,7 @@ def false_alarm(args, cfg, model, tokenizer, fusions) -> list[dict]:
         for label, decode_list in (("none", None), (f"{len(words)} rare words", words)):
             row = decode_setting(model, tokenizer, encoded, [decode_list] * len(encoded), [words] * len(encoded),
                                  compiler, fusion, args.beam, args.ctc_weight, [args.hotword_rescore_weight],
-                                 args.hotword_unbiased_keep)
+                                 args.hotword_unbiased_keep, args.reverse_weight)
             rescored = row.rescored[args.hotword_rescore_weight]
             print(f"| {lm_name} | {label} | {pct(row.ctc.wer)} | {pct(rescored.wer)} |", flush=True)
             out.append({"lm": lm_name, "list": label, "ctc_wer": row.ctc.wer, "rescored_wer": rescored.wer})

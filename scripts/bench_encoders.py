@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from asr.bench.encoders import EncoderSize, benchmark, table  # noqa: E402
+from asr.decode.options import add_threads_argument  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--frames", type=int, default=1000, help="input feature frames (T' = T/4)")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=2)
+    # A fixed count, not torch's default: timings compare across runs and hosts.
+    add_threads_argument(p, default=2)
     p.add_argument("--precision", choices=("32", "bf16"), default="32",
                    help="bf16: every encoder's forward under CPU bf16 autocast (bf16-mixed)")
     p.add_argument("--compiled", action="store_true", help="also time ours with torch.compile'd blocks (inductor)")

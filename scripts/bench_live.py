@@ -46,10 +46,11 @@ def _range(text: str) -> tuple[float, float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from asr.bench.live_sessions import BACKGROUNDS
+    from asr.decode.options import add_checkpoint_argument
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    add_checkpoint_argument(p)
     p.add_argument("--cuts", default="data/synth/cuts_dev.jsonl.gz", help="Lhotse manifest of the sentences "
                    "(default data/synth/cuts_dev.jsonl.gz: dev for choices, test for reports)")
     p.add_argument("--data-dir", default=None,

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.bench.long_form import build_long_file, long_file_name, run_guarded  # noqa: E402
 from asr.decode.memory import parse_bytes  # noqa: E402
+from asr.decode.options import add_checkpoint_argument, add_threads_argument  # noqa: E402
 
 
 def parse_setting(text: str) -> tuple[int, int, bool]:
@@ -48,14 +49,15 @@ def parse_setting(text: str) -> tuple[int, int, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(parser)
     parser.add_argument("--data-dir", default="data/synth", help="corpus whose split is joined (default data/synth)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--minutes", type=float, nargs="+", default=[5, 20, 60])
     parser.add_argument("--settings", nargs="+", default=["full", "chunk16_left4"])
     parser.add_argument("--repo", default=str(ROOT), help="checkout whose scripts/decode.py and asr run")
     parser.add_argument("--work-dir", default="data/longform", help="long files and decode outputs")
-    parser.add_argument("--threads", type=int, default=2)
+    # A fixed count, not torch's default: timings compare across runs and hosts.
+    add_threads_argument(parser, default=2)
     parser.add_argument("--rss-limit", default="8G", help="kill a run whose resident memory passes this")
     parser.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds")
     parser.add_argument("--tag", default="", help="suffix of the decode output folders (e.g. before)")

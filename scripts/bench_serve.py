@@ -59,21 +59,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
+    from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,
+                                    add_threads_argument, options_from_args)
+    from asr.lm import add_lm_arguments
+
     parser.add_argument("audio", nargs="*", help="test audio files (or use --cuts)")
-    parser.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(parser)
     parser.add_argument("--cuts", help="Lhotse manifest to take test utterances from")
     parser.add_argument("--utterances", type=int, default=32, help="utterances taken from --cuts (default 32)")
     parser.add_argument("--clients", default="1,8,16,32", help="comma-separated N values (default 1,8,16,32)")
-    parser.add_argument("--chunk-size", type=int, default=16)
-    parser.add_argument("--left-chunks", type=int, default=4)
-    parser.add_argument("--beam", type=int, default=4)
+    add_chunk_arguments(parser)
+    add_search_arguments(parser, rescoring=False)  # the server and the offline reference rescore at the defaults
     parser.add_argument("--backend", choices=("eager", "onnx", "sherpa-onnx"), default="eager",
                         help="the server's encoder step (scripts/serve.py --backend; default eager), or sherpa-onnx's "
                              "C++ server")
     parser.add_argument("--onnx-model", help="with --backend onnx: the export (same chunk and left chunks)")
     parser.add_argument("--sherpa-export", help="with --backend sherpa-onnx: the folder of model.onnx and tokens.txt "
                                                 "(scripts/export.py --format sherpa-onnx; its chunk and left chunks)")
-    parser.add_argument("--threads", type=int, default=1, help="the server's decoding threads (default 1)")
+    add_threads_argument(parser, default=1)  # the server's threads: scripts/serve.py's default
     parser.add_argument("--stagger-s", type=float, default=0.0,
                         help="start each client at a seeded random offset in [0, S) s (default 0: all at once)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-time cap per N (default 120)")
@@ -82,8 +85,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hotword-pool", help="phrases to draw the clients' lists from, one a line")
     parser.add_argument("--list-flood", type=int, default=0, metavar="F",
                         help="also run every N beside F connections starting the longest lists (default 0: no)")
-    from asr.lm import add_lm_arguments
-
     add_lm_arguments(parser)  # passed on to the server; the offline reference fuses the same LM
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.clients.split(",")]
@@ -105,6 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.list_flood < 0:
         parser.error(f"--list-flood ({args.list_flood}) must be >= 0")
     args.counts = counts
+    args.options = options_from_args(args, parser)
     return args
 
 
@@ -132,8 +134,8 @@ def offline_texts(args, waves, model, tokenizer, features=None, lists=None) -> l
     fusion = fusion_from_args(args, tokenizer)
     texts = []
     for i, wave in enumerate(waves):
-        rec = StreamingRecognizer(model.eval(), tokenizer, args.chunk_size, args.left_chunks, beam=args.beam,
-                                  fusion=fusion, features=features, hotwords=lists[i] if lists else None)
+        rec = StreamingRecognizer(model.eval(), tokenizer, args.options, fusion=fusion, features=features,
+                                  hotwords=lists[i] if lists else None)
         rec.accept_waveform(wave)
         texts.append(rec.finalize())
     return texts

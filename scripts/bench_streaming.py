@@ -43,6 +43,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from torch import nn  # noqa: E402
 
 from asr.data.features import FRAME_SHIFT_S  # noqa: E402
+from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.model import POSITION_SCHEMES, build_encoder  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -179,7 +180,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=16, help="chunk size C in encoder frames")
     parser.add_argument("--left", type=int, default=4, help="left chunks L (-1 = unlimited)")
     parser.add_argument("--vocab", type=int, default=256, help="CTC head output size")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    # A fixed count, not torch's default: timings compare across runs and hosts.
+    add_threads_argument(parser, default=2)
     parser.add_argument("--hour", action="store_true", help="also stream one hour of the first scheme, sampling RSS")
     parser.add_argument("--skip-table", action="store_true", help="with --hour: only the hour run")
     args = parser.parse_args()

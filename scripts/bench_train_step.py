@@ -38,6 +38,7 @@ from asr.bench.train_step import (  # noqa: E402
     VARIANTS, build_synthetic, build_training, compare_steps, comparison_table, profile_steps, recompile_census,
     synthetic_batches, take, time_optimizers, time_validation,
 )
+from asr.decode.options import add_threads_argument, set_threads  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=60, help="measured steps (--compare: batches, warm-up included)")
     p.add_argument("--warmup", type=int, default=5, help="steps not measured (compiles happen there)")
     p.add_argument("--loss-every", type=int, default=50)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_threads_argument(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda (--compare and --synthetic)")
     p.add_argument("--precision", choices=("32", "bf16"), default="32", help="bf16: autocast as bf16-mixed does")
     p.add_argument("--synthetic", type=int, default=None, metavar="VOCAB",
@@ -80,8 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={args.experiment}", "out_dir=/tmp/bench_train_step",
                                           *args.overrides])

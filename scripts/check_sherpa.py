@@ -29,16 +29,18 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from asr.decode.options import add_checkpoint_argument, add_threads_argument, set_threads
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    parser.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(parser)
     parser.add_argument("--export-dir", required=True, type=Path, help="model.onnx + tokens.txt of the checkpoint")
     parser.add_argument("inputs", nargs="*", help="audio files or folders, a data.list, a wav.scp, a NeMo or Lhotse "
                                                   "manifest (as decode.py)")
     parser.add_argument("--cuts", help="Lhotse manifest of the utterances (one of the inputs)")
     parser.add_argument("--max-utts", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=1)
+    add_threads_argument(parser, default=1)  # also sherpa-onnx's num_threads, which takes no 0 for "its default"
     parser.add_argument("--lead-seconds", type=float, default=0.0,
                         help="zeros before each utterance on both sides (sherpa-onnx's command line puts 0.5 s: "
                              "its --left-padding)")
@@ -48,8 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     if not sources:
         parser.error("name the audio to decode (inputs or --cuts)")
 
-    import torch
-
     from asr.data.features import FeatureConfig
     from asr.data.inputs import read_inputs
     from asr.decode.evaluate import usable_cuts
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from asr.interop.sherpa_check import compare, export_layout, normalize, sherpa_frames_agreement
     from asr.train.checkpoint import load_model
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     model, tokenizer, cfg = load_model(args.checkpoint)
     features = FeatureConfig.from_dict(cfg.features)
     try:

@@ -1,4 +1,4 @@
-"""Decode test utterances through the serving Recognizer on eager, ONNX and int8 ONNX steps: WER, RTF, agreement.
+"""Decode test utterances through the multi-stream recognizer on eager, ONNX and int8 ONNX steps: WER, RTF, agreement.
 
 Usage:
     python scripts/export.py --checkpoint CKPT --out-dir exported/ --format onnx --int8
@@ -18,19 +18,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
+                                add_threads_argument, options_from_args)
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(parser)
     parser.add_argument("--export-dir", required=True, type=Path, help="folder written by scripts/export.py")
     parser.add_argument("--cuts", required=True, help="Lhotse manifest of test utterances")
     parser.add_argument("--utterances", type=int, default=100, help="first N usable cuts (default 100)")
-    parser.add_argument("--chunk-size", type=int, default=16)
-    parser.add_argument("--left-chunks", type=int, default=4)
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=1, help="torch and ONNX Runtime threads (default 1)")
+    add_chunk_arguments(parser)
+    add_search_arguments(parser, rescoring=False)  # the backends differ in the encoder step only
+    add_threads_argument(parser, default=1)  # RTF per thread, as the server runs (scripts/serve.py's default)
     args = parser.parse_args(argv)
+    args.options = options_from_args(args, parser)
     if args.utterances < 1:
         parser.error(f"--utterances ({args.utterances}) must be >= 1")
     if not (args.export_dir / "encoder_step.onnx").is_file():
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     waves = [audio for _, _, audio in usable]
     model, tokenizer, cfg = load_model(args.checkpoint)
     model.eval()
-    settings = dict(chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam, threads=args.threads,
+    settings = dict(options=args.options, threads=args.threads,
                     features=FeatureConfig.from_dict(cfg.features))
     backends = {"eager": recognizer_factory(model, tokenizer, **settings),
                 "onnx": recognizer_factory(model, tokenizer, onnx_path=str(args.export_dir / "encoder_step.onnx"),

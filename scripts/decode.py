@@ -49,7 +49,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,14 +60,15 @@ from asr.decode.evaluate import evaluate_utterances, load_inputs, load_utterance
 from asr.decode.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
+from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
+                                add_threads_argument, options_from_args, set_threads)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.train.checkpoint import CheckpointError, load_model  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", "--ckpt", dest="checkpoint", required=True,
-                        help="checkpoint written by scripts/train.py (or averaged); --ckpt is an old alias")
+    add_checkpoint_argument(parser)
     parser.add_argument("--modes", default="ctc_greedy,attention_rescoring",
                         help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("inputs", nargs="*",
@@ -80,17 +80,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                        "against its folder, or --data-dir when given")
     parser.add_argument("--data-dir", help="corpus folder (default: the one the model was trained on)")
     parser.add_argument("--max-utts", type=int, help="decode only the first N usable cuts (default: all)")
-    parser.add_argument("--chunk-size", type=int, default=0, help="encoder chunk (frames); 0 = full context")
-    parser.add_argument("--left-chunks", type=int, default=-1, help="left chunks of context; -1 = all")
-    parser.add_argument("--beam", type=int, default=10)
-    parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in attention rescoring")
-    parser.add_argument("--reverse-weight", type=float, default=0.0, help="right-to-left decoder weight")
+    add_chunk_arguments(parser, full_context=True)  # offline: the model as trained; --chunk-size C as it streams
+    add_search_arguments(parser)
     add_lm_arguments(parser)  # used by ctc_prefix_beam and attention_rescoring; other modes decode without it
     add_hotword_arguments(parser)  # the same two modes
     parser.add_argument("--batch-seconds", "--max-duration", dest="batch_seconds", type=float, default=100.0,
                         help="seconds of audio per batch")
     parser.add_argument("--out-dir", help="where JSONL files and summary.json go")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    add_threads_argument(parser)
     parser.add_argument("--memory-budget", default="auto",
                         help="bytes a forward may add (e.g. 6G); over it a batch is decoded one utterance at a time, "
                              "an utterance with the blocked attention, or skipped with advice (counted); 'auto': 80%% "
@@ -113,8 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         parser.error(f"unknown modes {bad}; choose from {list(MODES)}")
-    if args.chunk_size < 0:
-        parser.error(f"--chunk-size ({args.chunk_size}) must be >= 0")
+    options_from_args(args, parser)  # refuses bad chunking, beam and weights before the model loads
     if args.max_utts is not None and args.max_utts < 1:
         parser.error(f"--max-utts ({args.max_utts}) must be >= 1")
     if args.batch_seconds <= 0:
@@ -177,8 +173,7 @@ def format_table(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     try:
         model, tokenizer, cfg = load_model(args.checkpoint)
     except CheckpointError as err:

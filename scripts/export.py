@@ -37,16 +37,17 @@ from pathlib import Path
 
 import torch
 
+from asr.decode.options import add_checkpoint_argument, add_chunk_arguments
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
-    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    add_checkpoint_argument(parser)
     parser.add_argument("--out-dir", required=True, type=Path, help="folder for the exported files")
-    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per chunk (default 16)")
-    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory, >= 1 (default 4)")
+    add_chunk_arguments(parser)  # an export streams: left chunks >= 1 (a fixed cache), refused otherwise
     parser.add_argument("--format", choices=("both", "onnx", "torchscript", "sherpa-onnx"), default="both")
     parser.add_argument("--int8", action="store_true", help="also write a dynamically int8-quantized ONNX file")
     args = parser.parse_args(argv)

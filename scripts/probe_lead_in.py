@@ -20,33 +20,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
 from asr.ablation.lead_in import ROWS, lead_in_probe  # noqa: E402
-from asr.ablation.translation import CHUNK, LEFT, lead_in_features  # noqa: E402
+from asr.ablation.translation import lead_in_features  # noqa: E402
 from asr.data.features import FRAME_SHIFT_S, FeatureConfig  # noqa: E402
 from asr.decode.evaluate import load_utterances  # noqa: E402
+from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_threads_argument,  # noqa: E402
+                                set_threads)
 from asr.train.checkpoint import load_model  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True)
+    add_checkpoint_argument(p)
     p.add_argument("--cuts", default="data/synth/cuts_test.jsonl.gz")
     p.add_argument("--data-dir", default=None, help="where the cuts' audio paths are relative to (default: their folder)")
     p.add_argument("--max-utts", type=int, default=None, help="the first N usable cuts (default: all)")
     p.add_argument("--dbfs", type=float, nargs="+", default=[-70.0], help="lead-in levels (RMS, dBFS)")
     p.add_argument("--seconds", type=float, default=2.56, help="lead-in length (rounded to whole chunks)")
-    p.add_argument("--chunk-size", type=int, default=CHUNK)
-    p.add_argument("--left-chunks", type=int, default=LEFT)
-    p.add_argument("--threads", type=int, default=2)
+    add_chunk_arguments(p)
+    add_threads_argument(p)
     args = p.parse_args(argv)
     if args.chunk_size < 1:
         p.error(f"--chunk-size ({args.chunk_size}) must be >= 1: the probe streams")
     if args.seconds <= 0:
         p.error(f"--seconds ({args.seconds}) must be > 0")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     model, tokenizer, cfg = load_model(args.checkpoint)
     features = FeatureConfig.from_dict(cfg.features)
     cuts = Path(args.cuts)

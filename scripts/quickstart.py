@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
+from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 
@@ -199,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for decoding")
+    # Two, not torch's default: its decoding RTFs are recorded at two threads, and bench_live's server takes >= 1.
+    add_threads_argument(parser, default=2)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for scripts/train.py")
     args = parser.parse_args(argv)
     start = time.monotonic()

@@ -62,6 +62,8 @@ import torch  # noqa: E402
 
 from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, add_hotword_arguments,  # noqa: E402
                                  read_hotwords)
+from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
+                                add_threads_argument, options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
@@ -72,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
-    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=10086, help="TCP port (default 10086, as Wenet)")
     parser.add_argument("--max-connections", type=int, default=32, help="connections served at once (default 32)")
@@ -84,10 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-frame-kb", type=int, default=1024, help="largest WebSocket frame in KiB (default 1024)")
     parser.add_argument("--max-backlog-s", type=float, default=10.0,
                         help="seconds of undecoded audio a connection may queue (default 10)")
-    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per chunk (default 16)")
-    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory (default 4)")
-    parser.add_argument("--beam", type=int, default=4, help="CTC prefix beam / n-best size (default 4)")
-    parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC weight in rescoring (default 0.5)")
+    add_chunk_arguments(parser)
+    add_search_arguments(parser)
     add_lm_arguments(parser)
     add_hotword_arguments(parser)
     parser.add_argument("--max-hotwords", type=int, default=DEFAULT_MAX_PHRASES,
@@ -111,14 +111,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="what restarts at an endpoint besides the decoder: the encoder's attention and conv "
                              "caches, the online CMN's running mean, both, or none (default both)")
     add_vad_arguments(parser, default="silero")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch (and ONNX Runtime intra-op) threads for decoding (default 1)")
+    # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
+    # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.
+    add_threads_argument(parser, default=1)
     parser.add_argument("--backend", choices=("eager", "onnx"), default="eager",
                         help="encoder chunk step: eager PyTorch, batched over streams, or an ONNX export (default eager)")
     parser.add_argument("--onnx-model", help="encoder_step.onnx written by scripts/export.py (with --backend onnx)")
     args = parser.parse_args(argv)
     if args.chunk_size <= 0:
         parser.error(f"--chunk-size ({args.chunk_size}) must be > 0")
+    args.options = options_from_args(args, parser)
     if args.max_connections < 1 or args.max_connections_per_client < 1 or args.threads < 1:
         parser.error("--max-connections, --max-connections-per-client and --threads must be >= 1")
     for flag, value in (("--idle-timeout-s", args.idle_timeout_s), ("--hotword-compile-s", args.hotword_compile_s)):
@@ -134,7 +136,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def build_server(args: argparse.Namespace):
     from asr.data.features import FeatureConfig
     from asr.serve.endpoint import EndpointConfig, default_rules
-    from asr.serve.recognizer import Recognizer
+    from asr.serve.multi_stream import MultiStreamRecognizer
     from asr.serve.server import AsrServer, ServerConfig
     from asr.train.checkpoint import load_model
 
@@ -149,15 +151,12 @@ def build_server(args: argparse.Namespace):
             raise ValueError(f"--onnx-model {args.onnx_model} is not a file (write one with scripts/export.py)")
         runner = OnnxEncoderStep(args.onnx_model, threads=args.threads)
         chunk_encoder = OnnxChunkEncoder(runner, model.encoder, args.chunk_size, args.left_chunks)
-    recognizer = Recognizer(
-        model, tokenizer, chunk_size=args.chunk_size, left_chunks=args.left_chunks, beam=args.beam,
-        ctc_weight=args.ctc_weight,
+    recognizer = MultiStreamRecognizer(
+        model, tokenizer, args.options,
         endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
                                 reset=args.endpoint_reset),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
-        features=FeatureConfig.from_dict(cfg.features),
-        hotwords=read_hotwords(args.hotwords) if args.hotwords else (), hotword_score=args.hotword_score,
-        hotword_rescore_weight=args.hotword_rescore_weight, hotword_unbiased_keep=args.hotword_unbiased_keep,
+        features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )
     config = ServerConfig(host=args.host, port=args.port, max_connections=args.max_connections,
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,

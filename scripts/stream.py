@@ -43,6 +43,8 @@ import torch  # noqa: E402
 
 from asr.data.features import SAMPLE_RATE  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
+from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
+                                options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
@@ -64,14 +66,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--text", help="references: Kaldi-style 'key transcript' lines (key: a file's name "
                                        "without its suffix)")
     parser.add_argument("--out-dir", type=Path, help="write stream.jsonl and stream.text (key final-text) here")
-    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt written by scripts/train.py")
+    add_checkpoint_argument(parser)
     parser.add_argument("--chunk-ms", type=float, default=640.0, help="audio fed per call, in ms (default 640)")
-    parser.add_argument("--chunk-size", type=int, default=16, help="encoder frames per attention chunk (default 16)")
-    parser.add_argument("--left-chunks", type=int, default=4, help="chunks of attention memory, -1 = all (default 4)")
-    parser.add_argument("--beam", type=int, default=10, help="CTC prefix beam width / n-best size (default 10)")
-    parser.add_argument("--ctc-weight", type=float, default=0.5, help="CTC score weight in rescoring (default 0.5)")
-    parser.add_argument("--reverse-weight", type=float, default=0.0,
-                        help="right-to-left decoder weight in rescoring; needs a U2++ model (default 0)")
+    add_chunk_arguments(parser)
+    add_search_arguments(parser)
     parser.add_argument("--device", default="cpu", help="torch device for the model (default cpu)")
     add_lm_arguments(parser)
     add_hotword_arguments(parser)
@@ -81,8 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
     if args.chunk_size <= 0:
         parser.error(f"--chunk-size ({args.chunk_size}) must be > 0 for streaming")
-    if args.beam < 1:
-        parser.error(f"--beam ({args.beam}) must be >= 1")
+    args.options = options_from_args(args, parser)
     return args
 
 
@@ -149,11 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     model = model.to(args.device).eval()
     try:
         recognizer = StreamingRecognizer(
-            model, tokenizer, args.chunk_size, args.left_chunks, beam=args.beam, ctc_weight=args.ctc_weight,
-            reverse_weight=args.reverse_weight,
-            features=FeatureConfig.from_dict(cfg.features),
+            model, tokenizer, args.options, features=FeatureConfig.from_dict(cfg.features),
             fusion=fusion_from_args(args, tokenizer), hotwords=biasing_from_args(args, tokenizer),
-            hotword_rescore_weight=args.hotword_rescore_weight, vad=vad_from_args(args),
+            vad=vad_from_args(args),
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -90,10 +90,12 @@ class Row:
 @torch.inference_mode()
 def decode_setting(model, tokenizer, encoded: Sequence[Encoded], lists: Sequence[list[str] | None],
                    score_lists: Sequence[list[str]], compiler: HotwordCompiler, fusion: Fusion | None, beam: int,
-                   ctc_weight: float, rescore_weights: Sequence[float], unbiased_keep: int | None = None) -> Row:
+                   ctc_weight: float, rescore_weights: Sequence[float], unbiased_keep: int | None = None,
+                   reverse_weight: float = 0.0) -> Row:
     """Decode every utterance with its list (None: no biasing); score against ``score_lists``. The n-best is
     rescored once per entry of ``rescore_weights`` (the share of the hotword bonus rescoring keeps).
-    ``unbiased_keep``: the search's room for unbiased prefixes (``asr.decode.ctc_prefix_beam``)."""
+    ``unbiased_keep``: the search's room for unbiased prefixes (``asr.decode.ctc_prefix_beam``);
+    ``ctc_weight``, ``reverse_weight``: the rescoring mix (``asr.decode.rescoring``)."""
     row = Row(BiasedErrorCounter(), {w: BiasedErrorCounter() for w in rescore_weights}, 0.0, 0.0)
     for utt, words, scored_with in zip(encoded, lists, score_lists):
         start = time.process_time()
@@ -106,7 +108,8 @@ def decode_setting(model, tokenizer, encoded: Sequence[Encoded], lists: Sequence
         best = nbest[0][0] if nbest else []
         rescored = dict.fromkeys(rescore_weights, best)
         if nbest and model.decoder is not None and utt.enc_out.size(1) > 0:
-            base = rescoring_scores(model, utt.enc_out, utt.enc_out.size(1), nbest, ctc_weight, 0.0, fused)  # (N,)
+            base = rescoring_scores(model, utt.enc_out, utt.enc_out.size(1), nbest, ctc_weight, reverse_weight,
+                                    fused)  # (N,)
             bonus = (torch.tensor([graph.sentence_score(h) for h, _ in nbest], dtype=torch.float64)
                      if graph is not None else torch.zeros(len(nbest), dtype=torch.float64))  # (N,)
             for w in rescore_weights:

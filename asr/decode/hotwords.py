@@ -249,8 +249,8 @@ def resolve(compiler: HotwordCompiler, hotwords: Biasing | Iterable[str | Entry]
     return compiler.compile(hotwords)
 
 
-def _count(text: str) -> int:
-    """An int >= 0 for argparse: a bad value is refused when the command line is read, not at the first list."""
+def count_argument(text: str) -> int:
+    """An int >= 0 for argparse: a bad value is refused when the command line is read, not when it is used."""
     try:
         value = int(text)
     except ValueError:
@@ -270,7 +270,7 @@ def add_hotword_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hotword-rescore-weight", type=float, default=DEFAULT_RESCORE_WEIGHT,
                         help=f"weight of the kept hotword bonus in attention rescoring's sentence scores "
                              f"(default {DEFAULT_RESCORE_WEIGHT})")
-    parser.add_argument("--hotword-unbiased-keep", type=_count, default=None, metavar="N",
+    parser.add_argument("--hotword-unbiased-keep", type=count_argument, default=None, metavar="N",
                         help="prefixes the biased CTC beam keeps on their unbiased score beside its beam, so a "
                              "long list cannot prune what was said (default: asr.decode.ctc_prefix_beam."
                              "DEFAULT_UNBIASED_KEEP; 0: none, the search's cheapest)")

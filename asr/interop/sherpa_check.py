@@ -110,9 +110,12 @@ def our_greedy_tokens(model, tokenizer, features, chunk_size: int, left_chunks: 
     """Our streaming recognizer's CTC greedy ids of each wave: its frontend and ``stream_step``,
     then the greedy path through the streamed CTC log-probs."""
     from asr.decode import ctc_greedy
+    from asr.decode.options import DecodeOptions
     from asr.streaming.recognizer import StreamingRecognizer
 
-    recognizer = StreamingRecognizer(model, tokenizer, chunk_size, left_chunks, beam=1, features=features)
+    recognizer = StreamingRecognizer(model, tokenizer,
+                                     DecodeOptions(chunk_size=chunk_size, left_chunks=left_chunks, beam=1),
+                                     features=features)
     texts = []
     for wave in waves:
         recognizer.reset()

@@ -1,1 +1,1 @@
-"""Serving: a many-stream Recognizer (batched stream_step), endpointing, word timestamps, WebSocket server."""
+"""Serving: the multi-stream recognizer (batched stream_step), endpointing, word timestamps, WebSocket server."""

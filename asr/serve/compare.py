@@ -1,8 +1,8 @@
-"""Decode a cut set through the serving Recognizer with several encoder backends: WER, RTF, agreement.
+"""Decode a cut set through the multi-stream recognizer with several encoder backends: WER, RTF, agreement.
 
 The serving question after an export is "what did it cost?": the same utterances
 through the eager batched step, the exported ONNX step and its int8 version, each
-decoded as a server would (:class:`~asr.serve.recognizer.Recognizer`, endpointing
+decoded as a server would (:class:`~asr.serve.multi_stream.MultiStreamRecognizer`, endpointing
 off, every utterance one stream of the same batch), with the word errors against
 the references, the real-time factor from the process CPU clock (what a core
 pays, not the wall time of a shared machine), and how many final texts equal
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.decode.wer import ErrorCounter
 from asr.serve.endpoint import EndpointConfig
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 
 
 @dataclass
@@ -38,7 +39,7 @@ class BackendResult:
         return self.cpu_s / self.audio_s if self.audio_s > 0 else float("nan")
 
 
-def decode_streams(recognizer: Recognizer, waves: Sequence[torch.Tensor], piece_s: float = 0.1,
+def decode_streams(recognizer: MultiStreamRecognizer, waves: Sequence[torch.Tensor], piece_s: float = 0.1,
                    batch: int = 16) -> list[str]:
     """Final texts of ``waves`` fed as ``batch`` concurrent streams in ``piece_s`` pieces (server-like)."""
     texts: list[str] = []
@@ -60,12 +61,12 @@ def decode_streams(recognizer: Recognizer, waves: Sequence[torch.Tensor], piece_
 
 
 def compare_backends(
-    backends: dict[str, Callable[[], Recognizer]],
+    backends: dict[str, Callable[[], MultiStreamRecognizer]],
     waves: Sequence[torch.Tensor],
     references: Sequence[str],
     keys: Sequence[str] | None = None,
 ) -> list[BackendResult]:
-    """Run each backend's Recognizer (built by its factory) over the same waves; the first is the reference."""
+    """Run each backend's recognizer (built by its factory) over the same waves; the first is the reference."""
     if len(waves) != len(references):
         raise ValueError(f"{len(waves)} waves but {len(references)} references")
     keys = list(keys) if keys is not None else [str(i) for i in range(len(waves))]
@@ -95,20 +96,20 @@ def format_table(results: Sequence[BackendResult]) -> str:
     return "\n".join(lines)
 
 
-def recognizer_factory(model, tokenizer, chunk_size: int, left_chunks: int, beam: int,
-                       onnx_path: str | None = None, threads: int = 1, features=None) -> Callable[[], Recognizer]:
-    """A factory for a Recognizer on the eager step (``onnx_path`` None) or an exported one;
-    ``features``: the model's ``FeatureConfig`` (None: LEGACY)."""
+def recognizer_factory(model, tokenizer, options: DecodeOptions, onnx_path: str | None = None, threads: int = 1,
+                       features=None) -> Callable[[], MultiStreamRecognizer]:
+    """A factory for a MultiStreamRecognizer on the eager step (``onnx_path`` None) or an exported one (made
+    for the same chunking); ``features``: the model's ``FeatureConfig`` (None: LEGACY)."""
 
-    def build() -> Recognizer:
+    def build() -> MultiStreamRecognizer:
         chunk_encoder = None
         if onnx_path is not None:
             from asr.serve.encoders import OnnxChunkEncoder
             from asr.serve.export import OnnxEncoderStep
 
             chunk_encoder = OnnxChunkEncoder(OnnxEncoderStep(onnx_path, threads=threads), model.encoder,
-                                             chunk_size, left_chunks)
-        return Recognizer(model, tokenizer, chunk_size=chunk_size, left_chunks=left_chunks, beam=beam,
-                          endpoint=EndpointConfig(enabled=False), chunk_encoder=chunk_encoder, features=features)
+                                             options.chunk_size, options.left_chunks)
+        return MultiStreamRecognizer(model, tokenizer, options, endpoint=EndpointConfig(enabled=False),
+                                     chunk_encoder=chunk_encoder, features=features)
 
     return build

@@ -1,11 +1,11 @@
-"""The Recognizer's chunk encoders: eager ``stream_step`` (batched) or an exported ONNX step.
+"""The MultiStreamRecognizer's chunk encoders: eager ``stream_step`` (batched) or an exported ONNX step.
 
 Axis legend: B streams in one step, S feature frames of one chunk, F feature bins,
 C chunk (encoder frames), D model dim, T feature frames of a last partial chunk,
 L blocks, H heads, M cached frames, Dh head dim.
 
 Both keep one opaque state per stream and offer the same three calls, so the
-:class:`~asr.serve.recognizer.Recognizer` runs either without knowing which:
+:class:`~asr.serve.multi_stream.MultiStreamRecognizer` runs either without knowing which:
 
     init_state()                       -> a stream's state at time 0
     step(feats (B, S, F), states)      -> out (B, C, D), the B next states (inputs untouched)

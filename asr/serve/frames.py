@@ -2,7 +2,7 @@
 
 Axis legend: T feature frames, F feature bins.
 
-The :class:`~asr.serve.recognizer.Recognizer` takes overlapping chunks from the front of the
+The :class:`~asr.serve.multi_stream.MultiStreamRecognizer` takes overlapping chunks from the front of the
 queue (``head``) and drops the frames the next chunk no longer needs (``drop``). At an endpoint
 that restarts the encoder inside a chunk, the frames the chunk took from the split point on go
 back to the front (``rewind``) to be encoded again from a fresh state; one that restarts the

@@ -1,7 +1,7 @@
-"""WebSocket server speaking Wenet's runtime protocol over one many-stream Recognizer.
+"""WebSocket server speaking Wenet's runtime protocol over one multi-stream recognizer.
 
 One asyncio event loop owns the connections; one decoding thread owns the
-:class:`~asr.serve.recognizer.Recognizer` and runs rounds (``decode()``: all
+:class:`~asr.serve.multi_stream.MultiStreamRecognizer` and runs rounds (``decode()``: all
 streams with a whole chunk in one batched step) whenever audio arrives. Each
 connection has its own stream and a bounded reply queue drained by its own
 sender task, so a client that stops reading cannot stall the others. A start
@@ -57,7 +57,7 @@ from asr.serve.protocol import (
     server_ready,
     speech_end,
 )
-from asr.serve.recognizer import Recognizer, Stream
+from asr.serve.multi_stream import MultiStreamRecognizer, Stream
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class _Session:
 class AsrServer:
     """Serve ``recognizer`` over WebSockets; ``async with`` or :meth:`start` / :meth:`stop`."""
 
-    def __init__(self, recognizer: Recognizer, config: ServerConfig | None = None) -> None:
+    def __init__(self, recognizer: MultiStreamRecognizer, config: ServerConfig | None = None) -> None:
         self.recognizer = recognizer
         self.config = config or ServerConfig()
         self._sessions: dict[Stream, _Session] = {}

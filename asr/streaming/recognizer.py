@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
-from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, Biasing, HotwordCompiler, resolve
+from asr.decode.hotwords import Biasing, HotwordCompiler, resolve
+from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
 from asr.streaming.frontend import StreamingFrontend
@@ -50,20 +51,14 @@ class StreamingRecognizer:
     Args:
         model: ``AsrModel`` (put in eval mode; its encoder must support ``stream_step``).
         tokenizer: anything with ``decode(ids) -> str``.
-        chunk_size: encoder frames per attention chunk (> 0).
-        left_chunks: chunks of attention memory, -1 for all.
-        beam: CTC prefix beam width (also the n-best size for rescoring).
-        ctc_weight, reverse_weight: rescoring score mix (see ``attention_rescoring``).
-        fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam
-            and the rescoring (None: none).
+        options: chunking (chunk_size > 0), beam, rescoring weights and hotword settings
+            (``asr.decode.options.DecodeOptions``; a compiled ``Biasing`` brings its own score and keep).
         features: the model's fbank options (``asr.data.features.FeatureConfig``, from its
             checkpoint); None: ``asr.data.features.LEGACY``. Audio must be at ``SAMPLE_RATE``.
+        fusion: language models (``asr.lm.fusion.Fusion``: token LM, word LM, or both) for the CTC beam
+            and the rescoring (None: none).
         hotwords: phrases to bias towards (strings, ``"phrase:score"`` or (phrase, score) pairs, or a compiled
             ``Biasing``); they bias partials and the final result, and join the word LM's lexicon.
-        hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score; share of the
-            bonus the rescoring keeps (``asr.decode.hotwords``).
-        hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default;
-            a compiled ``Biasing`` brings its own).
         vad: voice activity detection in front of the frontend (``asr.streaming.vad.VadConfig``; None: off).
     """
 
@@ -71,36 +66,19 @@ class StreamingRecognizer:
         self,
         model,
         tokenizer,
-        chunk_size: int,
-        left_chunks: int,
-        beam: int = 10,
-        ctc_weight: float = 0.5,
-        reverse_weight: float = 0.0,
+        options: DecodeOptions = DecodeOptions(),
+        *,
         features=None,
         fusion: Fusion | None = None,
         hotwords=None,
-        hotword_score: float = DEFAULT_HOTWORD_SCORE,
-        hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
-        hotword_unbiased_keep: int | None = None,
         vad: VadConfig | None = None,
     ) -> None:
-        if chunk_size <= 0:
-            raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
-        if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
-            # Fail here, not in finalize() after a whole utterance has been streamed.
-            raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
+        options.check_streaming(model)
         self.model = model
         self.tokenizer = tokenizer
-        self.chunk_size = chunk_size
-        self.left_chunks = left_chunks
-        self.ctc_weight = ctc_weight
-        self.reverse_weight = reverse_weight
+        self.options = options
         self.frontend = StreamingFrontend(features, model.encoder.online_cmn())
         self.vad = None if vad is None else SpeechSegmenter(SileroVad(), vad)
-        self.beam = beam
-        self.hotword_rescore_weight = hotword_rescore_weight
-        self.hotword_score = hotword_score
-        self.hotword_unbiased_keep = hotword_unbiased_keep
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         self._base_fusion = fusion
         self.set_hotwords(hotwords)
@@ -111,18 +89,18 @@ class StreamingRecognizer:
         Raises ``asr.decode.hotwords.HotwordError`` for an entry that cannot be used.
         """
         if hotwords is not None and not isinstance(hotwords, Biasing) and self._compiler is None:
-            self._compiler = HotwordCompiler(self.tokenizer, self.hotword_score, cache_size=4,
-                                             unbiased_keep=self.hotword_unbiased_keep)
+            self._compiler = HotwordCompiler(self.tokenizer, self.options.hotword_score, cache_size=4,
+                                             unbiased_keep=self.options.hotword_unbiased_keep)
         self.biasing: Biasing | None = resolve(self._compiler, hotwords)
         base = self._base_fusion
         self.fusion = base.with_words(self.biasing.words) if base is not None and self.biasing is not None else base
         context = self.biasing.graph if self.biasing is not None else None
-        self.search = CtcPrefixBeamSearch(self.beam, self.model.blank_id, self.fusion, context)
+        self.search = CtcPrefixBeamSearch(self.options.beam, self.model.blank_id, self.fusion, context)
         self.reset()
 
     def reset(self) -> None:
         """Start a new utterance."""
-        self.state = self.model.encoder.init_state(1, self.chunk_size, self.left_chunks)
+        self.state = self.model.encoder.init_state(1, self.options.chunk_size, self.options.left_chunks)
         self.frontend.reset()
         if self.vad is not None:
             self.vad.reset()
@@ -195,8 +173,8 @@ class StreamingRecognizer:
                 self.final_tokens = nbest[0][0] if nbest else []
             else:
                 self.final_tokens = attention_rescoring(
-                    self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight, self.reverse_weight, self.fusion,
-                    self.search.context, self.hotword_rescore_weight,
+                    self.model, enc_out, enc_out.size(1), nbest, self.options.ctc_weight, self.options.reverse_weight,
+                    self.fusion, self.search.context, self.options.hotword_rescore_weight,
                 )
             self.timings.append(ChunkTiming(0, 0, enc_frames, time.perf_counter() - start))
         return self.tokenizer.decode(self.final_tokens)

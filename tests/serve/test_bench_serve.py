@@ -9,6 +9,7 @@ import pytest
 import soundfile as sf
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from tests.serve.helpers import noise, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,8 @@ def test_bench_serve_passes_the_lm_to_the_server(tmp_path, capsys):
     sf.write(wav, (wave.numpy() * 32767).astype(np.int16), SAMPLE_RATE)
 
     def offline(fusion):
-        rec = StreamingRecognizer(model.eval(), tokenizer, 4, 2, beam=2, fusion=fusion)
+        rec = StreamingRecognizer(model.eval(), tokenizer, DecodeOptions(chunk_size=4, left_chunks=2, beam=2),
+                                  fusion=fusion)
         rec.accept_waveform(wave)
         return rec.finalize()
 

@@ -9,10 +9,11 @@ import soundfile as sf
 import torch
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_files
 from asr.serve.endpoint import EndpointConfig, EndpointRule
 from asr.serve.protocol import float_to_pcm16
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.browser import running
 from tests.serve.helpers import noise
@@ -21,8 +22,8 @@ torch.set_num_threads(1)
 
 
 def server_for(model, tokenizer, endpoint=None) -> AsrServer:
-    rec = Recognizer(model, tokenizer, chunk_size=4, left_chunks=2, beam=3,
-                     endpoint=endpoint or EndpointConfig(enabled=False))
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2, beam=3),
+                                endpoint=endpoint or EndpointConfig(enabled=False))
     return AsrServer(rec, ServerConfig(port=0))
 
 

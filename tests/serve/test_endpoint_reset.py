@@ -1,4 +1,4 @@
-"""Recognizer endpoints at frame resolution and endpoint resets, with a CTC head scripted in stream time.
+"""MultiStreamRecognizer endpoints at frame resolution and endpoint resets, with a CTC head scripted in stream time.
 
 The encoder is the tiny model's, so caches, CMN and chunking are real; only the CTC head is
 replaced: it reads speech or silence from the stream frame of each encoder frame, so the
@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE, FbankExtractor
+from asr.decode.options import DecodeOptions
 from asr.serve.encoders import OnnxChunkEncoder
 from asr.serve.endpoint import EndpointConfig
 from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from tests.serve.helpers import noise
 
 torch.set_num_threads(1)
@@ -58,8 +59,8 @@ def scripted(model, tokenizer, speech, reset, online_cmn=0.0, onnx_path=None, cm
     chunk_encoder = None
     if onnx_path is not None:
         chunk_encoder = OnnxChunkEncoder(OnnxEncoderStep(onnx_path), clone.encoder, C, LEFT)
-    rec = Recognizer(clone, tokenizer, chunk_size=C, left_chunks=LEFT, beam=2, endpoint=EndpointConfig(reset=reset),
-                     chunk_encoder=chunk_encoder)
+    rec = MultiStreamRecognizer(clone, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=2),
+                                endpoint=EndpointConfig(reset=reset), chunk_encoder=chunk_encoder)
     stream = rec.create_stream()
     head.stream = stream
     return rec, stream

@@ -10,6 +10,7 @@ import torch
 from websockets.asyncio.client import connect
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.protocol import float_to_pcm16
 from asr.serve.server import AsrServer, ServerConfig
@@ -186,10 +187,10 @@ def test_a_list_not_compiled_within_the_budget_gets_a_failed_reply(model, tokeni
 
 def test_connections_without_a_list_never_compile_the_servers_list_again(model, tokenizer):
     from asr.serve.endpoint import EndpointConfig
-    from asr.serve.recognizer import Recognizer
+    from asr.serve.multi_stream import MultiStreamRecognizer
 
-    rec = Recognizer(model, tokenizer, chunk_size=4, left_chunks=2, endpoint=EndpointConfig(enabled=False),
-                     hotwords=["abc"])
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2),
+                                endpoint=EndpointConfig(enabled=False), hotwords=["abc"])
     own = rec.compile_hotwords(None)
     for i in range(70):  # more lists than the cache keeps
         rec.compile_hotwords(["de" * (i + 1)])

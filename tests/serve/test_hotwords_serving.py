@@ -1,4 +1,4 @@
-"""Hotwords per stream in the Recognizer and per connection in the server: isolation, merging, bad input."""
+"""Hotwords per stream in the MultiStreamRecognizer and per connection in the server: isolation, merging, bad input."""
 
 import asyncio
 import json
@@ -9,9 +9,10 @@ from websockets.asyncio.client import connect
 
 from asr.data.features import SAMPLE_RATE
 from asr.decode.hotwords import HotwordError
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.endpoint import EndpointConfig
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import noise
 from tests.serve.test_server import read_until_closed, run, uri
@@ -21,10 +22,11 @@ C, LEFT = 4, 2
 WAVE = noise(2.0, 5, SAMPLE_RATE)
 
 
-def recognizer(model, tokenizer, **kwargs):
+def recognizer(model, tokenizer, hotwords=(), **options):
     # every token is tried each frame (beam >= vocab), so a strong list surely wins
-    return Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=tokenizer.vocab_size,
-                      endpoint=EndpointConfig(enabled=False), **kwargs)
+    return MultiStreamRecognizer(model, tokenizer,
+                                 DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=tokenizer.vocab_size, **options),
+                                 endpoint=EndpointConfig(enabled=False), hotwords=hotwords)
 
 
 def final_text(rec, hotwords=None):

@@ -1,4 +1,5 @@
-"""The Recognizer and the server on the ONNX backend (exported step, eager last chunk) equal the eager backend."""
+"""The multi-stream recognizer and the server on the ONNX backend (exported step, eager last chunk) equal the eager
+backend."""
 
 import asyncio
 import importlib.util
@@ -8,11 +9,12 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.encoders import OnnxChunkEncoder
 from asr.serve.endpoint import EndpointConfig
 from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import fitted_model, noise, tiny_model
 
@@ -39,8 +41,8 @@ def recognizer(model, tokenizer, onnx_path=None, left_chunks=LEFT):
     chunk_encoder = None
     if onnx_path is not None:
         chunk_encoder = OnnxChunkEncoder(OnnxEncoderStep(onnx_path), model.encoder, C, left_chunks)
-    return Recognizer(model, tokenizer, chunk_size=C, left_chunks=left_chunks, beam=3,
-                      endpoint=EndpointConfig(enabled=False), chunk_encoder=chunk_encoder)
+    return MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=left_chunks, beam=3),
+                                 endpoint=EndpointConfig(enabled=False), chunk_encoder=chunk_encoder)
 
 
 def decode_in_pieces(rec, wave, piece_s=0.23):

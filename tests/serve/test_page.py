@@ -20,9 +20,10 @@ import torch
 
 from asr.data.audio import resample_int16
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.endpoint import EndpointConfig, EndpointRule
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.browser import needs_browser, running, speak_into_page, stop_server
 from tests.serve.helpers import fitted_model, noise
@@ -50,8 +51,8 @@ class RecordingServer(AsrServer):
 
 
 def make_server(model, tokenizer, web=True, endpoint=None) -> RecordingServer:
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3,
-                     endpoint=endpoint or EndpointConfig(enabled=False))
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=endpoint or EndpointConfig(enabled=False))
     return RecordingServer(rec, ServerConfig(port=0, web=web))
 
 

@@ -11,10 +11,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import Reply, stream_audio
 from asr.serve.endpoint import EndpointConfig
 from asr.serve.protocol import float_to_pcm16
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import noise
 
@@ -23,8 +24,8 @@ C, LEFT = 4, 2
 
 
 def make_server(model, tokenizer, endpoint=None, **limits):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3,
-                     endpoint=endpoint or EndpointConfig(enabled=False))
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=endpoint or EndpointConfig(enabled=False))
     return AsrServer(rec, ServerConfig(port=0, **limits))
 
 
@@ -33,7 +34,8 @@ def uri(server):
 
 
 def offline_text(model, tokenizer, wave):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=EndpointConfig(enabled=False))
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=EndpointConfig(enabled=False))
     stream = rec.create_stream()
     stream.accept_waveform(SAMPLE_RATE, wave)
     stream.finish()

@@ -5,9 +5,10 @@ import asyncio
 import torch
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.endpoint import EndpointConfig
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import noise
 from tests.serve.test_server import offline_text
@@ -17,8 +18,8 @@ C, LEFT = 4, 2
 
 
 def make_server(model, tokenizer, beam=3, **limits):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=beam,
-                     endpoint=EndpointConfig(enabled=False))
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=beam),
+                                endpoint=EndpointConfig(enabled=False))
     return AsrServer(rec, ServerConfig(port=0, **limits))
 
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.endpoint import EndpointConfig
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import noise, tiny_model
 
@@ -24,7 +25,8 @@ def short_table_model(tokenizer):
 
 
 def recognizer(model, tokenizer):
-    return Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    return MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                 endpoint=NO_ENDPOINT)
 
 
 def decode_alone(model, tokenizer, wave):

@@ -9,7 +9,8 @@ import torch
 import torchaudio
 
 from asr.data.features import SAMPLE_RATE, FbankExtractor
-from asr.serve.recognizer import Recognizer
+from asr.decode.options import DecodeOptions
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.streaming.recognizer import StreamingRecognizer
 from asr.streaming.vad import SileroVad, Speech, SpeechEnd, SpeechSegmenter, VadConfig
 
@@ -137,7 +138,7 @@ def assert_same(a, b):
 
 @pytest.mark.parametrize("dbfs", [None, -60.0])
 def test_a_silent_stream_produces_no_tokens_and_costs_little_with_the_vad(model, tokenizer, dbfs):
-    rec = Recognizer(model, tokenizer, chunk_size=4, left_chunks=2, vad=VadConfig())
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2), vad=VadConfig())
     stream = rec.create_stream()
     audio = silence(60.0, dbfs)
     start = time.process_time()
@@ -159,7 +160,7 @@ def test_vad_segments_decode_with_word_times_in_stream_time(model, tokenizer, se
     bounds = [(s.start / SAMPLE_RATE, (s.start + s.samples.numel()) / SAMPLE_RATE)
               for s in segments if isinstance(s, Speech)]
     assert len(bounds) == 2
-    rec = Recognizer(model, tokenizer, chunk_size=4, left_chunks=2, vad=VadConfig())
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2), vad=VadConfig())
     stream = rec.create_stream()
     finals = []
     for i in range(0, audio.numel(), 3200):
@@ -182,7 +183,7 @@ def test_vad_segments_decode_with_word_times_in_stream_time(model, tokenizer, se
 
 def test_single_stream_api_drops_leading_silence(model, tokenizer, sentence):
     """Speech after silence decodes exactly as after less silence: only the pad before the onset is kept."""
-    rec = StreamingRecognizer(model, tokenizer, chunk_size=4, left_chunks=2, beam=3, vad=VadConfig())
+    rec = StreamingRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2, beam=3), vad=VadConfig())
     results = []
     for lead in (64 * W, 32 * W):  # whole windows, so the VAD sees the same speech windows
         audio = torch.cat([torch.zeros(lead), sentence, silence(1.0)])
@@ -202,7 +203,7 @@ def test_single_stream_api_drops_leading_silence(model, tokenizer, sentence):
 
 
 def test_server_sessions_with_the_vad_give_one_final_per_sentence(model, tokenizer, sentence):
-    """Continuous decoding over the WebSocket protocol: each sentence's final as the Recognizer alone gives it."""
+    """Continuous decoding over the WebSocket protocol: each sentence's final as the recognizer alone gives it."""
     import asyncio
 
     from asr.serve.client import stream_audio
@@ -212,8 +213,8 @@ def test_server_sessions_with_the_vad_give_one_final_per_sentence(model, tokeniz
     audio = torch.cat([silence(2.0), sentence, silence(1.5), sentence, silence(1.0)])
 
     def recognizer():
-        return Recognizer(model, tokenizer, chunk_size=4, left_chunks=2, vad=VadConfig(),
-                          endpoint=EndpointConfig(reset="both"))
+        return MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2), vad=VadConfig(),
+                                     endpoint=EndpointConfig(reset="both"))
 
     async def scenario():
         async with AsrServer(recognizer(), ServerConfig(port=0)) as server:

@@ -5,6 +5,7 @@ import torch
 
 from asr.data.features import FbankExtractor, FeatureConfig
 from asr.decode import attention_rescoring, ctc_greedy, ctc_prefix_beam_search
+from asr.decode.options import DecodeOptions
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
 from asr.streaming.recognizer import StreamingRecognizer
@@ -50,7 +51,8 @@ def model():
 def check_streaming_equals_full(model, seed, chunk_size, left_chunks, features=SNIPPED):
     g = torch.Generator().manual_seed(seed)
     wave = 0.1 * torch.randn(int(torch.randint(8000, 20000, (1,), generator=g)), generator=g)
-    rec = StreamingRecognizer(model, Tokens(), chunk_size, left_chunks, beam=1, features=features)
+    rec = StreamingRecognizer(model, Tokens(), DecodeOptions(chunk_size=chunk_size, left_chunks=left_chunks, beam=1),
+                              features=features)
     for p in pieces(wave, seed):
         rec.accept_waveform(p)
     rec.finalize()
@@ -97,7 +99,7 @@ def test_streaming_with_online_cmn_equals_full_forward(pos_enc, scheme, seed):
 
 def test_finalize_rescores_the_nbest_and_records_timings(model):
     wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(5))
-    rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
+    rec = StreamingRecognizer(model, Tokens(), DecodeOptions(2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3),
                               features=SNIPPED)
     n_calls = 0
     for start in range(0, 12000, 1600):
@@ -122,11 +124,12 @@ def test_finalize_rescores_the_nbest_and_records_timings(model):
 
 def test_bad_input_raises(model):
     with pytest.raises(ValueError, match=r"chunk_size \(0\)"):
-        StreamingRecognizer(model, Tokens(), 0, 1, features=SNIPPED)
+        StreamingRecognizer(model, Tokens(), DecodeOptions(chunk_size=0, left_chunks=1), features=SNIPPED)
     ctc_att = AsrModel(model.encoder, VOCAB, SOS, decoder_layers=1, decoder_heads=2, decoder_ffn_dim=64)
     with pytest.raises(ValueError, match=r"reverse_weight \(0.5\)"):
-        StreamingRecognizer(ctc_att, Tokens(), 2, 1, reverse_weight=0.5, features=SNIPPED)
-    rec = StreamingRecognizer(model, Tokens(), 2, 1, features=SNIPPED)
+        StreamingRecognizer(ctc_att, Tokens(), DecodeOptions(chunk_size=2, left_chunks=1, reverse_weight=0.5),
+                            features=SNIPPED)
+    rec = StreamingRecognizer(model, Tokens(), DecodeOptions(chunk_size=2, left_chunks=1), features=SNIPPED)
     with pytest.raises(ValueError, match=r"1-D"):
         rec.accept_waveform(torch.zeros(2, 100))
 
@@ -141,7 +144,7 @@ def test_fusion_reaches_the_beam_and_the_rescoring(model):
     wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(5))
 
     def stream(fusion):
-        rec = StreamingRecognizer(model, Tokens(), 2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3,
+        rec = StreamingRecognizer(model, Tokens(), DecodeOptions(2, 2, beam=4, ctc_weight=0.5, reverse_weight=0.3),
                                   features=SNIPPED, fusion=fusion)
         for start in range(0, 12000, 1600):
             rec.accept_waveform(wave[start : start + 1600])

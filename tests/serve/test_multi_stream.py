@@ -1,4 +1,4 @@
-"""Many-stream Recognizer: interleaved streams equal each stream decoded alone; endpoints; continuous decoding."""
+"""MultiStreamRecognizer: interleaved streams equal each stream decoded alone; endpoints; continuous decoding."""
 
 import copy
 
@@ -7,8 +7,9 @@ import torch
 
 from asr.data.features import SAMPLE_RATE, FbankExtractor
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
+from asr.decode.options import DecodeOptions
 from asr.serve.endpoint import EndpointConfig, EndpointRule
-from asr.serve.recognizer import Recognizer
+from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.streaming.recognizer import StreamingRecognizer
 from tests.serve.helpers import noise
 
@@ -27,7 +28,8 @@ def pieces(wave: torch.Tensor, seed: int):
 
 
 def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=NO_ENDPOINT)
     waves = [noise(s, seed, SAMPLE_RATE) for seed, s in enumerate([2.0, 1.3, 2.6])]
     feeds = [list(pieces(w, i)) for i, w in enumerate(waves)]
     streams = [rec.create_stream() for _ in waves]
@@ -52,7 +54,8 @@ def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
         assert got_lp.shape == full_lp.shape
         assert torch.allclose(got_lp, full_lp, atol=1e-4)
         # The same text as the single-stream recognizer (same beam and rescoring weights).
-        alone = StreamingRecognizer(model, tokenizer, C, LEFT, beam=3, ctc_weight=0.5)
+        alone = StreamingRecognizer(model, tokenizer,
+                                    DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3, ctc_weight=0.5))
         alone.accept_waveform(wave)
         result = stream.result()
         assert result.is_final and result.text == alone.finalize()
@@ -66,8 +69,8 @@ def test_a_stream_with_centred_frames_gets_its_last_frames_at_the_end(model, tok
     from asr.data.features import FeatureConfig
 
     centred = FeatureConfig(snip_edges=False, high_freq=-400.0)
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT,
-                     features=centred)
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=NO_ENDPOINT, features=centred)
     wave = noise(1.93, 3, SAMPLE_RATE)
     stream = rec.create_stream()
     for piece in pieces(wave, 3):
@@ -79,13 +82,15 @@ def test_a_stream_with_centred_frames_gets_its_last_frames_at_the_end(model, tok
     feats = FbankExtractor(centred)(wave)[None]  # (1, T, F)
     enc, _ = model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
     assert torch.allclose(torch.cat(stream._utt.log_probs), model.ctc_log_probs(enc)[0], atol=1e-4)
-    alone = StreamingRecognizer(model, tokenizer, C, LEFT, beam=3, ctc_weight=0.5, features=centred)
+    alone = StreamingRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3, ctc_weight=0.5),
+                                features=centred)
     alone.accept_waveform(wave)
     assert stream.result().text == alone.finalize()
 
 
 def test_final_words_come_from_the_alignment(model, tokenizer):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=NO_ENDPOINT)
     stream = rec.create_stream()
     stream.accept_waveform(SAMPLE_RATE, noise(2.0, 7, SAMPLE_RATE))
     stream.finish()
@@ -133,7 +138,7 @@ def run(rec, stream, wave, piece=3200):
 
 
 def test_no_speech_endpoints_every_five_seconds(model, tokenizer):
-    rec = Recognizer(biased(model, 100.0), tokenizer, chunk_size=C, left_chunks=LEFT)
+    rec = MultiStreamRecognizer(biased(model, 100.0), tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT))
     finals = run(rec, rec.create_stream(), noise(12.0, 1, SAMPLE_RATE))
     assert [f.segment for f in finals] == [0, 1, 2]
     assert all(f.is_final and f.text == "" for f in finals)
@@ -142,7 +147,8 @@ def test_no_speech_endpoints_every_five_seconds(model, tokenizer):
 def test_max_utterance_rule_splits_continuous_speech(model, tokenizer):
     endpoint = EndpointConfig(rules=(EndpointRule(must_contain_speech=True, min_trailing_silence_s=0.0,
                                                   min_utterance_s=2.0),))
-    rec = Recognizer(biased(model, -100.0), tokenizer, chunk_size=C, left_chunks=LEFT, endpoint=endpoint)
+    rec = MultiStreamRecognizer(biased(model, -100.0), tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT),
+                                endpoint=endpoint)
     stream = rec.create_stream()
     finals = run(rec, stream, noise(5.0, 2, SAMPLE_RATE))
     assert [f.segment for f in finals] == [0, 1, 2]
@@ -156,7 +162,7 @@ def test_max_utterance_rule_splits_continuous_speech(model, tokenizer):
 
 
 def test_bad_input_is_rejected(model, tokenizer):
-    rec = Recognizer(model, tokenizer, chunk_size=C, left_chunks=LEFT)
+    rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT))
     stream = rec.create_stream()
     with pytest.raises(ValueError, match="sample_rate"):
         stream.accept_waveform(SAMPLE_RATE // 2, torch.zeros(10))
@@ -175,7 +181,8 @@ def test_online_cmn_model_serves_what_its_offline_forward_gives(model, tokenizer
     """Each stream's frontend applies the running mean once per frame, though the chunks overlap."""
     cmn_model = copy.deepcopy(model)
     cmn_model.encoder.online_cmn_frames = 20.0
-    rec = Recognizer(cmn_model, tokenizer, chunk_size=C, left_chunks=LEFT, beam=3, endpoint=NO_ENDPOINT)
+    rec = MultiStreamRecognizer(cmn_model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+                                endpoint=NO_ENDPOINT)
     waves = [noise(s, seed + 7, SAMPLE_RATE) for seed, s in enumerate([1.7, 2.2])]
     streams = [rec.create_stream() for _ in waves]
     for i, (wave, stream) in enumerate(zip(waves, streams)):

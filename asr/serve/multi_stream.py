@@ -1,10 +1,10 @@
-"""A Recognizer holding many audio streams over one model; whole chunks of all streams run batched.
+"""The multi-stream recognizer: many audio streams over one model; whole chunks of all streams run batched.
 
 Axis legend: B streams in one batched step, T feature frames, F feature bins,
 C chunk (encoder frames), D model dim, V vocab.
 
 Flow (sherpa-onnx style): each :class:`Stream` takes audio with
-``accept_waveform`` (cheap: the samples are queued); :meth:`Recognizer.decode`
+``accept_waveform`` (cheap: the samples are queued); :meth:`MultiStreamRecognizer.decode`
 turns queued audio into fbank frames, then runs every stream that holds a whole
 chunk (``window + rate * (C - 1)`` feature frames) through ONE batched
 ``encoder.stream_step`` (states stacked by :mod:`asr.serve.batching`; or, with an
@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from asr.decode.context_graph import check_unbiased_keep
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
-from asr.decode.hotwords import DEFAULT_HOTWORD_SCORE, DEFAULT_RESCORE_WEIGHT, Biasing, HotwordCompiler, as_entries
+from asr.decode.hotwords import Biasing, HotwordCompiler, as_entries
+from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
@@ -122,9 +122,9 @@ class _Split:
 
 
 class Stream:
-    """One audio stream of a :class:`Recognizer` (create it with ``Recognizer.create_stream``)."""
+    """One audio stream of a :class:`MultiStreamRecognizer` (create it with ``create_stream``)."""
 
-    def __init__(self, recognizer: Recognizer, biasing: Biasing | None = None) -> None:
+    def __init__(self, recognizer: MultiStreamRecognizer, biasing: Biasing | None = None) -> None:
         self._rec = recognizer
         self.biasing = biasing  # this stream's hotwords (the recognizer's list merged with its own), or None
         fusion = recognizer.fusion
@@ -143,7 +143,7 @@ class Stream:
         # the encoder state's frame 0 is the segment's frame _origin_frames (> 0 after a cache reset).
         self._segment_start_s = 0.0
         self._origin_frames = 0
-        self._search = CtcPrefixBeamSearch(recognizer.beam, recognizer.model.blank_id, self._fusion,
+        self._search = CtcPrefixBeamSearch(recognizer.options.beam, recognizer.model.blank_id, self._fusion,
                                            biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._utt = _Utterance(start_frame=0)
@@ -390,28 +390,24 @@ class Stream:
         self._done = self._audio_ended() and self._split is None
 
 
-class Recognizer:
+class MultiStreamRecognizer:
     """Many streams over one ``AsrModel`` with a causal encoder.
 
     Args:
         model: ``AsrModel`` (put in eval mode here).
         tokenizer: ``decode(ids) -> str`` and ``id_to_piece(id) -> str`` ("▁" starts a word).
-        chunk_size: C encoder frames per chunk (> 0).
-        left_chunks: chunks of attention memory (-1: all; unbounded memory on long streams).
-        beam: CTC prefix beam width and n-best size for rescoring.
-        ctc_weight, reverse_weight: rescoring mix (``asr.decode.rescoring``).
-        fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
+        options: chunking (C = chunk_size > 0 encoder frames per chunk; left_chunks -1 means unbounded memory
+            on long streams), beam, rescoring weights and hotword settings (``asr.decode.options.DecodeOptions``;
+            compiled lists are cached by content).
         endpoint: endpoint rules (on by default) and what restarts at an endpoint (``EndpointConfig.reset``).
         features: the model's fbank options (``asr.data.features.FeatureConfig``, from its checkpoint;
             None: ``asr.data.features.LEGACY``).
         max_batch: most streams in one batched step.
         chunk_encoder: runs whole chunks and the last partial one (``asr.serve.encoders``); default
             the model's eager ``stream_step``, batched. An ``OnnxChunkEncoder`` runs an exported step.
+        fusion: language models (``asr.lm.fusion.Fusion``) for every stream's CTC beam and final rescoring.
         hotwords: phrases every stream is biased towards (strings, ``"phrase:score"``, (phrase, score) pairs);
             a stream's own list (``create_stream(hotwords=...)``) is merged with it.
-        hotword_score, hotword_rescore_weight: bonus per token of a phrase without its own score, and the
-            share of it rescoring keeps (``asr.decode.hotwords``); compiled lists are cached by content.
-        hotword_unbiased_keep: prefixes a biased search keeps on their unbiased score (None: the default).
         vad: voice activity detection in front of every stream (``asr.streaming.vad.VadConfig``; None: off,
             all audio reaches the encoder). Each speech segment is decoded like a stream of its own (fresh
             fbank and encoder; the online CMN restarts as ``endpoint.reset`` says); its end is an endpoint.
@@ -421,40 +417,28 @@ class Recognizer:
         self,
         model,
         tokenizer,
-        chunk_size: int = 16,
-        left_chunks: int = 4,
-        beam: int = 4,
-        ctc_weight: float = 0.5,
-        reverse_weight: float = 0.0,
+        options: DecodeOptions = DecodeOptions(),
+        *,
         endpoint: EndpointConfig | None = None,
         features=None,
         max_batch: int = 64,
         chunk_encoder=None,
         fusion: Fusion | None = None,
         hotwords=(),
-        hotword_score: float = DEFAULT_HOTWORD_SCORE,
-        hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
-        hotword_unbiased_keep: int | None = None,
         vad: VadConfig | None = None,
     ) -> None:
-        if chunk_size <= 0:
-            raise ValueError(f"chunk_size ({chunk_size}) must be > 0 for streaming.")
-        if beam < 1 or max_batch < 1:
-            raise ValueError(f"beam ({beam}) and max_batch ({max_batch}) must be >= 1.")
-        if reverse_weight > 0.0 and getattr(model, "r2l_decoder", None) is None:
-            raise ValueError(f"reverse_weight ({reverse_weight}) > 0 needs a model with a right-to-left decoder.")
+        options.check_streaming(model)
+        if max_batch < 1:
+            raise ValueError(f"max_batch ({max_batch}) must be >= 1.")
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.chunk_size = chunk_size
-        self.left_chunks = left_chunks
-        self.beam = beam
-        self.ctc_weight = ctc_weight
-        self.reverse_weight = reverse_weight
+        self.options = options
         self.fusion = fusion
         self.endpoint = endpoint if endpoint is not None else EndpointConfig()
         self.features = features
         self.sample_rate = SAMPLE_RATE  # of the audio streams accept
         self.max_batch = max_batch
+        chunk_size, left_chunks = options.chunk_size, options.left_chunks
         encoder = model.encoder
         encoder.init_state(1, chunk_size, left_chunks)  # validates the chunk arguments and causality now
         self.chunk_encoder = chunk_encoder or EagerChunkEncoder(encoder, chunk_size, left_chunks)
@@ -470,11 +454,7 @@ class Recognizer:
         self.streams: list[Stream] = []
         self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
         self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
-        self.hotword_rescore_weight = hotword_rescore_weight
         self.hotwords = as_entries(hotwords)
-        self._hotword_score = hotword_score
-        # Checked here, not only by the compiler: the compiler is made lazily, with the first list.
-        self._hotword_unbiased_keep = check_unbiased_keep(hotword_unbiased_keep, "hotword_unbiased_keep")
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         self._own_biasing: Biasing | None = None
         if self.hotwords:  # a bad server-wide list fails now, not at the first connection
@@ -498,8 +478,8 @@ class Recognizer:
         if not entries:
             return None
         if self._compiler is None:
-            self._compiler = HotwordCompiler(self.tokenizer, self._hotword_score,
-                                             unbiased_keep=self._hotword_unbiased_keep)
+            self._compiler = HotwordCompiler(self.tokenizer, self.options.hotword_score,
+                                             unbiased_keep=self.options.hotword_unbiased_keep)
         return self._compiler.compile(entries)
 
     def create_stream(self, hotwords=None) -> Stream:
@@ -605,9 +585,10 @@ class Recognizer:
         if self.model.decoder is not None:
             enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
             biasing = stream.biasing
-            scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, self.ctc_weight,
-                                      self.reverse_weight, stream._fusion, biasing.graph if biasing else None,
-                                      self.hotword_rescore_weight)
+            opts = self.options
+            scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, opts.ctc_weight,
+                                      opts.reverse_weight, stream._fusion, biasing.graph if biasing else None,
+                                      opts.hotword_rescore_weight)
             order = scores.argsort(descending=True).tolist()
             nbest = [nbest[i] for i in order]
         log_probs = torch.cat(utt.log_probs)  # (T', V)
