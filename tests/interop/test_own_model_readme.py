@@ -135,3 +135,19 @@ def test_finetune_on_own_data_then_decode(user):
     assert r2l and all(not torch.equal(tuned[k], source.state_dict()[k]) for k in r2l)
     out = run(user, "decode_finetuned").stdout
     assert "attention_rescoring" in out
+
+
+def readme_section_commands(title: str) -> list[str]:
+    """The commands of the README section ``title``'s bash blocks: continuations joined, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in section.split("```bash\n")[1:]:
+        body = block.split("```", 1)[0].replace("\\\n", " ")
+        commands += [" ".join(line.split("#", 1)[0].split()) for line in body.splitlines() if line.strip()]
+    return commands
+
+
+def test_the_readme_section_is_the_path_these_tests_run():
+    """Every command a user reads in "Bring your own model and audio" is one this file runs, and back."""
+    assert readme_section_commands("Bring your own model and audio (Wenet)") == list(README_COMMANDS.values())
