@@ -54,6 +54,9 @@ def write_test_files(folder: Path) -> list[tuple[str, Path, str, float]]:
     return files
 
 
+NOTHING = "(nothing recognized)"  # what client.py prints for an empty final (the stream's end after an endpoint)
+
+
 def client_texts(uri: str, paths: list[Path]) -> dict[str, str]:
     """scripts/client.py --continuous on every file: file stem -> finals joined."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts/client.py"), "--uri", uri, "--continuous",
@@ -67,7 +70,7 @@ def client_texts(uri: str, paths: list[Path]) -> dict[str, str]:
             current = match.group(1)
             texts[current] = []
         elif match := re.match(r"\s+final 1: (.*)$", line):
-            if match.group(1).strip():
+            if match.group(1).strip() and match.group(1) != NOTHING:
                 texts[current].append(match.group(1).strip())
     return {key: " ".join(parts) for key, parts in texts.items()}
 
