@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from asr.ablation.lead_in import ROWS, lead_in_probe  # noqa: E402
 from asr.ablation.translation import CHUNK, LEFT, lead_in_features  # noqa: E402
 from asr.data.features import FRAME_SHIFT_S, FeatureConfig  # noqa: E402
-from asr.decode.evaluate import load_utterances  # noqa: E402
+from asr.evaluation.split import load_utterances  # noqa: E402
 from asr.train.checkpoint import load_model  # noqa: E402
 
 
