@@ -1,5 +1,6 @@
 """Which room may import which: the searches (asr.decode) and the model (asr.model) never reach up
-into the evaluation that runs a model on a split (asr.evaluation)."""
+into the evaluation that runs a model on a split (asr.evaluation); and the model imports at the top
+of its files, never inside a function (an import there hides a cycle between two of its files)."""
 
 import ast
 from pathlib import Path
@@ -35,3 +36,13 @@ def test_a_room_imports_nothing_above_it(room):
              for name in imported_modules(path)
              if any(name == above or name.startswith(above + ".") for above in BELOW[room])]
     assert not wrong, f"{room} imports from a room above it: {wrong}"
+
+
+def test_the_model_imports_only_at_the_top_of_its_files():
+    inner = []
+    for path in sorted((ROOT / "asr/model").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner += [f"{path.relative_to(ROOT)}:{sub.lineno}" for sub in ast.walk(node)
+                          if isinstance(sub, (ast.Import, ast.ImportFrom))]
+    assert not inner, f"imports inside functions: {inner}"
