@@ -8,7 +8,7 @@ Usage (from the repository root):
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
 
-Each scheme trains in its own subprocess (scripts/train.py with pos_enc=<scheme>,
+Each scheme trains in its own subprocess (python -m asr.train with pos_enc=<scheme>,
 hydra.run.dir=<out>/<scheme>), then its last checkpoint is evaluated: WER on the
 test split full-context (attention rescoring, CTC greedy) and streaming at chunk
 32, 16, 8 and 4 (64 frames of memory each), WER on the length probe set (5-160 s,
@@ -27,8 +27,8 @@ whose training was interrupted from its checkpoints/last.ckpt. Failed schemes ar
 shown as failed in the report and retried by the next run. --report-only rebuilds
 the report from what has finished (e.g. while a long ablation is still running).
 
-The training code is frozen: on its first start the ablation copies asr/, conf/ and
-scripts/train.py into <out>/code (asr/ablation/snapshot.py, with the commit in FROZEN.json),
+The training code is frozen: on its first start the ablation copies asr/ and conf/
+into <out>/code (asr/ablation/snapshot.py, with the commit in FROZEN.json),
 and every training run, a resumed one too, imports that copy, so edits and commits made
 while it runs do not reach it. Delete <out>/code to pick up new code; --no-freeze trains
 with the checkout as it is at each run's start.

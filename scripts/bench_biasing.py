@@ -29,10 +29,10 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr.decode.biasing_eval import (compile_times_ms, decode_setting, encode_all, median, read_lists,  # noqa: E402
-                                     utterance_list)
-from asr.decode.evaluate import load_utterances  # noqa: E402
 from asr.decode.hotwords import HotwordCompiler, add_hotword_arguments, read_hotwords  # noqa: E402
+from asr.evaluation.biasing import (compile_times_ms, decode_setting, encode_all, median, read_lists,  # noqa: E402
+                                    utterance_list)
+from asr.evaluation.split import load_utterances  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_search_arguments, add_threads_argument,  # noqa: E402
                                 options_from_args, set_threads)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bench.long_form import build_long_file, long_file_name, run_guarded  # noqa: E402
-from asr.decode.memory import parse_bytes  # noqa: E402
+from asr.evaluation.memory import parse_bytes  # noqa: E402
 from asr.decode.options import add_checkpoint_argument, add_threads_argument  # noqa: E402
 
 

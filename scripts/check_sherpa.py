@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from asr.data.features import FeatureConfig
     from asr.data.inputs import read_inputs
-    from asr.decode.evaluate import usable_cuts
     from asr.decode.wer import ErrorCounter
+    from asr.evaluation.split import usable_cuts
     from asr.interop.sherpa_check import compare, export_layout, normalize, sherpa_frames_agreement
     from asr.train.checkpoint import load_model
 

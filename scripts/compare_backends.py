@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from asr.data.features import SAMPLE_RATE, FeatureConfig
-    from asr.decode.evaluate import usable_cuts
+    from asr.evaluation.split import usable_cuts
     from asr.serve.compare import compare_backends, format_table, recognizer_factory
     from asr.train.checkpoint import load_model
 

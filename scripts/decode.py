@@ -39,7 +39,7 @@ seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.j
 (settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
 Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm][_hotwords].
-The evaluation itself is asr.decode.evaluate, the one the ablation uses too.
+The evaluation itself is asr.evaluation.split, the one the ablation uses too.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.data.inputs import hypothesis_lines  # noqa: E402
-from asr.decode.evaluate import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
-from asr.decode.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
+from asr.evaluation.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
+from asr.evaluation.split import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.ablation.lead_in import ROWS, lead_in_probe  # noqa: E402
 from asr.ablation.translation import lead_in_features  # noqa: E402
 from asr.data.features import FRAME_SHIFT_S, FeatureConfig  # noqa: E402
-from asr.decode.evaluate import load_utterances  # noqa: E402
+from asr.evaluation.split import load_utterances  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_threads_argument,  # noqa: E402
                                 set_threads)
 from asr.train.checkpoint import load_model  # noqa: E402

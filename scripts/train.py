@@ -10,34 +10,16 @@ Usage (from the repository root):
     python scripts/train.py --help                            # config groups and options
 
 Runs go to exp/<experiment>_<pos_enc>/ (multirun: exp/multirun/...): checkpoints/,
-tensorboard/, csv/, .hydra/ and train_summary.json.
+tensorboard/, csv/, .hydra/ and train_summary.json. ``python -m asr.train`` is the same command.
 """
 
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
 # Allow `python scripts/train.py` from a checkout that is not pip-installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr.train.checkpoint_file import CheckpointError  # noqa: E402
-from asr.train.run import train  # noqa: E402
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    try:
-        summary = train(cfg)
-    except CheckpointError as err:  # init_from=CKPT that is not a usable model: one line, not Hydra's traceback
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    # Returned for Hydra sweepers that optimise a metric.
-    return summary["best_val_wer"]
-
+from asr.train.run import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

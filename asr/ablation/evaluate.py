@@ -36,8 +36,8 @@ import torch
 from asr.ablation.results import last_line
 from asr.ablation.translation import OFFSETS_S, translation_probe
 from asr.decode import ctc_greedy
+from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances, load_utterances
 from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
-from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances, load_utterances
 from asr.model.positions import TooLongForTable
 
 # Chunk sizes of the streaming trade-off with their left chunks: every setting keeps

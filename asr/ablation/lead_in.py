@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 
 from asr.ablation.translation import CHUNK, LEFT, greedy_result, shifted_log_probs
-from asr.decode.evaluate import ModeResult, Utterance
+from asr.evaluation.split import ModeResult, Utterance
 
 ROWS = ("fresh", "lead-in", "CMN restarted", "cache clear")
 

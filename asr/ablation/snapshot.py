@@ -1,4 +1,4 @@
-"""Freeze the code an ablation trains with: its own copy of the package, the configs and the training script.
+"""Freeze the code an ablation trains with: its own copy of the package and the configs.
 
 An ablation runs for hours and starts a training process per run; each process imports the
 package anew. Without a copy, a commit (or an edit) made while it runs reaches the runs that
@@ -31,7 +31,7 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def freeze_code(out_dir: Path, source_root: Path = REPO_ROOT, log=print) -> Path:
-    """``out_dir/code`` holding ``asr/``, ``conf/`` and ``scripts/train.py`` of ``source_root``; made once,
+    """``out_dir/code`` holding ``asr/`` and ``conf/`` of ``source_root``; made once,
     then reused (a resumed ablation keeps training with the code it started with). Returns the folder to
     put first on the training processes' PYTHONPATH."""
     dest = Path(out_dir) / CODE_DIR
@@ -47,9 +47,7 @@ def freeze_code(out_dir: Path, source_root: Path = REPO_ROOT, log=print) -> Path
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(source_root / "asr", partial / "asr", ignore=ignore)
     shutil.copytree(source_root / "conf", partial / "conf", ignore=ignore)
-    (partial / "scripts").mkdir()
-    shutil.copy2(source_root / "scripts" / "train.py", partial / "scripts" / "train.py")
-    status = _git(source_root, "status", "--porcelain", "--", "asr", "conf", "scripts/train.py")
+    status = _git(source_root, "status", "--porcelain", "--", "asr", "conf")
     info = {"commit": _git(source_root, "rev-parse", "--short", "HEAD"), "dirty": bool(status),
             "frozen_at": time.strftime("%Y-%m-%d %H:%M:%S"), "source": str(source_root)}
     (partial / STAMP).write_text(json.dumps(info, indent=1) + "\n")

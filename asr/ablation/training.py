@@ -1,4 +1,4 @@
-"""Run one scheme's training as a subprocess of ``scripts/train.py``.
+"""Run one scheme's training as a subprocess of the package's entry point, ``python -m asr.train``.
 
 A subprocess isolates a crashing or diverging scheme from the others and gives a
 clean peak-memory number: the :mod:`asr.ablation.peak_rss` launcher reports the
@@ -21,7 +21,7 @@ from pathlib import Path
 from asr.ablation.results import last_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = REPO_ROOT / "scripts" / "train.py"
+TRAIN_MODULE = "asr.train"
 TRAIN_LOG = "train.log"
 PEAK_RSS_NAME = "peak_rss.json"
 STEP_TIMER_TARGET = "asr.ablation.step_timer.StepTimer"
@@ -89,7 +89,7 @@ def max_time_string(minutes: float) -> str:
 
 
 def train_overrides(job: TrainJob) -> list[str]:
-    """Hydra overrides for ``scripts/train.py``; user extras come last so they win."""
+    """Hydra overrides for ``python -m asr.train``; user extras come last so they win."""
     overrides = [
         f"pos_enc={job.scheme}",
         f"hydra.run.dir={job.run_dir}",
@@ -114,14 +114,15 @@ def train_overrides(job: TrainJob) -> list[str]:
 
 
 def train_command(job: TrainJob) -> list[str]:
-    script = TRAIN_SCRIPT if job.code_root is None else Path(job.code_root) / "scripts" / "train.py"
-    return [sys.executable, str(script), *train_overrides(job)]
+    """The training command; with ``job.code_root`` it imports that frozen package (see :func:`run_training`),
+    which composes the configs frozen beside it."""
+    return [sys.executable, "-m", TRAIN_MODULE, *train_overrides(job)]
 
 
 def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOutcome:
     """Run the training subprocess to completion; its output goes to ``run_dir/train.log``.
 
-    ``command`` replaces the default ``scripts/train.py`` command (tests use it).
+    ``command`` replaces the default ``python -m asr.train`` command (tests use it).
     It runs under :mod:`asr.ablation.peak_rss` for an honest peak-memory number.
     Ctrl-C stops the child's whole process group and re-raises, leaving the
     run's ``last.ckpt`` for a later resume.
@@ -140,7 +141,8 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
         env["PYTHONSAFEPATH"] = "1"
     start = time.monotonic()
     with log_path.open("a") as log:
-        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
+        frozen = "" if job.code_root is None else f"PYTHONPATH={job.code_root} "
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {frozen}{' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(
             launcher, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True

@@ -33,8 +33,8 @@ import torch
 
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE, FbankExtractor, samples_for_frames
 from asr.decode import ctc_greedy
-from asr.decode.evaluate import ModeResult, Utterance
 from asr.decode.wer import ErrorCounter
+from asr.evaluation.split import ModeResult, Utterance
 
 OFFSETS_S: tuple[int, ...] = (0, 60, 600)
 CHUNK, LEFT = 16, 4
@@ -104,7 +104,7 @@ def translation_probe(
     chunk_size: int = CHUNK, left_chunks: int = LEFT, features=None,
 ) -> ModeResult:
     """CTC greedy WER of ``utts`` streamed with the clock at ``offset_s`` seconds (module docstring):
-    per-utterance records and totals, as ``asr.decode.evaluate`` gives for a decoding mode.
+    per-utterance records and totals, as ``asr.evaluation.split`` gives for a decoding mode.
     ``features``: the model's fbank options for the default lead-in (None: LEGACY)."""
     if not utts:
         raise ValueError("no utterances for the translation probe")
@@ -119,7 +119,7 @@ def translation_probe(
 
 def greedy_result(model, tokenizer, utts: Sequence[Utterance], log_probs: Sequence[torch.Tensor]) -> ModeResult:
     """CTC greedy hypotheses of per-utterance (T'_i, V) ``log_probs``, scored against ``utts``' references:
-    per-utterance records and totals, as ``asr.decode.evaluate`` gives for a decoding mode."""
+    per-utterance records and totals, as ``asr.evaluation.split`` gives for a decoding mode."""
     counter = ErrorCounter()
     for utt, lp in zip(utts, log_probs):
         (hyp,) = ctc_greedy(lp[None], torch.tensor([lp.size(0)]), model.blank_id)

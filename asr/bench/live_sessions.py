@@ -134,8 +134,8 @@ class Sentence:
 
 def load_sentences(cuts: str | Path, count: int, data_dir: str | Path | None = None) -> tuple[list[Sentence], Counter]:
     """The first ``count`` usable cuts of a manifest as sentences, and the skipped ones by reason
-    (``asr.decode.evaluate.usable_cuts``'s rules, plus ``silent_audio``)."""
-    from asr.decode.evaluate import usable_cuts
+    (``asr.evaluation.split.usable_cuts``'s rules, plus ``silent_audio``)."""
+    from asr.evaluation.split import usable_cuts
 
     skipped: Counter = Counter()
     out: list[Sentence] = []

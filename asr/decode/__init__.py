@@ -1,7 +1,7 @@
 """Decoding algorithms: CTC greedy / prefix beam, attention beam, attention rescoring, WER.
 
 The split-level evaluation (a cut set in, per-utterance records and totals out) is
-``asr.decode.evaluate``; it reads audio through ``asr.data`` (Lhotse, torchaudio), so
+``asr.evaluation.split``; it reads audio through ``asr.data`` (Lhotse, torchaudio), so
 it is not imported here, where the streaming recognizer needs only the searches.
 """
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from asr.data.features import SAMPLE_RATE
+
 # Wenet's input_layer -> our subsampling rate.
 SUBSAMPLING = {"conv2d": 4, "conv2d6": 6, "conv2d8": 8}
 # (pos_enc_layer_type, selfattention_layer_type) -> our position scheme.
@@ -202,10 +204,10 @@ def _read_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any
     feats_type = dataset.get("feats_type", "fbank")
     if feats_type != "fbank":
         raise WenetImportError(f"train.yaml: dataset_conf.feats_type = {feats_type!r} cannot be imported (only fbank).")
-    rate = (dataset.get("resample_conf") or {}).get("resample_rate", 16000)
-    if rate != 16000:
+    rate = (dataset.get("resample_conf") or {}).get("resample_rate", SAMPLE_RATE)  # none given: nothing to refuse
+    if rate != SAMPLE_RATE:
         raise WenetImportError(f"train.yaml: dataset_conf.resample_conf.resample_rate = {rate} cannot be imported "
-                               "(this toolkit runs at 16000 Hz).")
+                               f"(this toolkit runs at {SAMPLE_RATE} Hz).")
     if "fbank_conf" not in dataset:
         raise WenetImportError("train.yaml: dataset_conf.fbank_conf is missing: the feature options of the model "
                                "are unknown.")

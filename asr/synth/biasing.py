@@ -142,7 +142,7 @@ def distractors(seed: int, cut_id: str, biased: Sequence[str], pool_words: Seque
 
 
 def lists_path(out_dir: str | Path, split: str) -> Path:
-    """Where a split's per-utterance lists go (read by ``asr.decode.biasing_eval.read_lists``)."""
+    """Where a split's per-utterance lists go (read by ``asr.evaluation.biasing.read_lists``)."""
     return Path(out_dir) / "biasing" / f"{split}_lists.jsonl"
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, TypeVar
+
+import asr
 
 GroupConfig = TypeVar("GroupConfig")
 
@@ -81,3 +84,18 @@ def from_group(cls: type[GroupConfig], group: Mapping[str, Any] | None) -> Group
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown keys {unknown}; valid keys are {valid}.")
     return cls(**values)
+
+
+def repository_conf_dir() -> Path:
+    """The ``conf/`` folder beside the imported ``asr`` package: the Hydra configs training composes.
+
+    The package is used from a repository checkout (``pip install -e .``, or an ablation's frozen
+    copy on ``PYTHONPATH``), so the configs sit next to it; a FileNotFoundError names the folder
+    when they do not.
+    """
+    conf = Path(asr.__file__).resolve().parents[1] / "conf"
+    if not (conf / "train.yaml").is_file():
+        raise FileNotFoundError(
+            f"{conf / 'train.yaml'} is missing: training composes the Hydra configs of the repository "
+            f"checkout the asr package is imported from (pip install -e . in a checkout).")
+    return conf

@@ -1,7 +1,7 @@
 """``train(cfg)``: build data, model and Trainer from the composed Hydra config and fit.
 
-This is the plain function behind ``scripts/train.py`` (which only adds ``@hydra.main``);
-tests call it with the real configs shrunk. Hydra builds objects only at the seams
+This is the plain function behind :func:`main` (``python -m asr.train``, ``scripts/train.py``),
+which only adds Hydra's command line; tests call it with the real configs shrunk. Hydra builds objects only at the seams
 (data module, optimizer partial, trainer, callbacks, loggers); the model is built from
 plain kwargs so a checkpoint can rebuild it without Hydra. The groups the module reads
 (``optim.scheduler``, ``streaming``, ``finetune``, ``debug``) reach it as ``asr.train.config`` objects
@@ -12,12 +12,14 @@ goes to the data module and into the checkpoint, and must match the CMVN stats' 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+import hydra
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from omegaconf import DictConfig, OmegaConf
@@ -26,7 +28,9 @@ from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.compile import CompileConfig
-from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group
+from asr.train.checkpoint_file import CheckpointError
+from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group,
+                              repository_conf_dir)
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
@@ -87,7 +91,7 @@ def run_features(cfg: DictConfig) -> FeatureConfig:
 
 
 def command_line_overrides(cfg: DictConfig) -> list[str]:
-    """The Hydra overrides the user gave (``scripts/train.py``'s command line, or a composed config's
+    """The Hydra overrides the user gave (``python -m asr.train``'s command line, or a composed config's
     ``hydra.overrides.task``); none when the config was composed without them."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -262,6 +266,26 @@ def train(cfg: DictConfig) -> dict:
     return summary
 
 
+def _hydra_task(cfg: DictConfig) -> float | None:
+    try:
+        summary = train(cfg)
+    except CheckpointError as err:  # init_from=CKPT that is not a usable model: one line, not Hydra's traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    # Returned for Hydra sweepers that optimise a metric.
+    return summary["best_val_wer"]
+
+
+def main() -> None:
+    """``python -m asr.train [overrides]`` (and ``scripts/train.py``): Hydra reads the command line
+    (overrides, ``-m`` for a sweep, ``--help``) and composes ``conf/train.yaml``."""
+    try:
+        conf = repository_conf_dir()
+    except FileNotFoundError as err:
+        sys.exit(f"error: {err}")
+    hydra.main(version_base="1.3", config_path=str(conf), config_name="train")(_hydra_task)()
+
+
 def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str] = (), max_cuts: int = 8000) -> Path:
     """Compute the CMVN stats a training run with ``overrides`` reads, when they are missing.
 
@@ -276,8 +300,7 @@ def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str]
     from asr.data.features import FbankExtractor, training_backend
     from asr.data.manifest import manifest_stats, read_cuts
 
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(repository_conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"data.data_dir={data_dir}", *overrides])
     cmvn_file = Path(cfg.data.cmvn_file)
     path = cmvn_file if cmvn_file.is_absolute() else Path(data_dir) / cmvn_file

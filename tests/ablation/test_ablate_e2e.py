@@ -56,7 +56,7 @@ def test_report_has_a_row_per_scheme_with_every_number(ablation) -> None:
     for run in ("rel_xl", "wenet_rel"):
         assert (out / run / "eval" / "decode_wer_shift600.jsonl").is_file()
         # Trained with the code frozen at the ablation's start, not the checkout's.
-        assert f"{out / 'code' / 'scripts' / 'train.py'} pos_enc={run}" in (out / run / "train.log").read_text()
+        assert f"PYTHONPATH={out / 'code'} {sys.executable} -m asr.train pos_enc={run}" in (out / run / "train.log").read_text()
     assert (out / "code" / "FROZEN.json").is_file() and (out / "code" / "asr" / "model" / "encoder.py").is_file()
 
 

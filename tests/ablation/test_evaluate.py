@@ -1,6 +1,6 @@
 """Ablation-only evaluation pieces on a tiny untrained model: streaming RTF, per-metric failures.
 
-Batching and WER scoring are the shared ``asr.decode.evaluate`` (tests/decode/test_evaluate.py).
+Batching and WER scoring are the shared ``asr.evaluation.split`` (tests/evaluation/test_split_evaluation.py).
 """
 
 import numpy as np
@@ -11,8 +11,8 @@ from asr.ablation.evaluate import NOT_APPLICABLE, EvalConfig, _measure, load_spl
 from asr.data.features import SAMPLE_RATE
 from asr.data.importers import make_cut, make_recording
 from asr.data.manifest import write_cuts
+from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances
 from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_id
-from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
 from asr.model.asr_model import build_asr_model
 
 

@@ -8,7 +8,7 @@ import torch
 
 from asr.ablation.lead_in import ROWS, lead_in_log_probs, lead_in_probe
 from asr.ablation.translation import lead_in_features
-from asr.decode.evaluate import Utterance
+from asr.evaluation.split import Utterance
 from test_translation import model_for, tokenizer, utterances  # noqa: F401 - the module's fixture and builders
 
 LEAD_FRAMES = 64  # encoder frames of the 256-frame lead-in at 4x subsampling

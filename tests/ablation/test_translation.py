@@ -7,7 +7,7 @@ import torch
 
 from asr.ablation.translation import OFFSETS_S, lead_in_features, shifted_log_probs, translation_probe
 from asr.data.tokenizer import load_tokenizer, write_char_units
-from asr.decode.evaluate import Utterance
+from asr.evaluation.split import Utterance
 from asr.model import POSITION_SCHEMES
 from asr.model.asr_model import build_asr_model
 from asr.model.positions import build_position_scheme

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
 from asr.decode.segment import PauseSegmenter
+from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances
 
 LOUD, QUIET = 5.0, -10.0  # log-mel values: 65 dB apart
 

@@ -250,6 +250,8 @@ def test_refuses_unsupported_encoder_and_unknown_options(tmp_path):
     assert "encoder_conf.macaron_style" in refusal(tmp_path / "b", rewrite(encoder_conf={"macaron_style": False}))
     assert "unknown option encoder_conf.fancy" in refusal(tmp_path / "c", rewrite(encoder_conf={"fancy": 1}))
     assert "input_layer" in refusal(tmp_path / "d", rewrite(encoder_conf={"input_layer": "conv2d2"}))
+    resampled = rewrite(dataset_conf={**wl.config()["dataset_conf"], "resample_conf": {"resample_rate": 8000}})
+    assert "resample_rate = 8000 cannot be imported (this toolkit runs at 16000 Hz)" in refusal(tmp_path / "e", resampled)
 
 
 def test_refuses_units_that_do_not_match_the_ctc_layer(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 from lhotse import CutSet
 
-from asr.decode.biasing_eval import read_lists, utterance_list
+from asr.evaluation.biasing import read_lists, utterance_list
 from asr.synth.biasing import NUM_DISTRACTORS, lists_path, product_words, rare_pool, build_biasing_sets
 
 TRAIN = ["call anna at seven", "we moved to reykjavik in nineteen ninety", "thaddeus bought a lamp"] * 3

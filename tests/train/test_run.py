@@ -1,6 +1,9 @@
 """train(cfg) with the real configs shrunk, on a tiny random-noise corpus."""
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -9,6 +12,8 @@ from omegaconf import OmegaConf
 
 from asr.data.features import LEGACY, SHERPA, FeatureConfig
 from asr.train.checkpoint import load_model, top_k_checkpoints, write_averaged_checkpoint
+import asr
+from asr.train.config import repository_conf_dir
 from asr.train.run import train
 
 from tiny_corpus import CONF, make_tiny_corpus, tiny_overrides
@@ -141,6 +146,20 @@ def test_resume_flag_picks_last_checkpoint(tmp_path):
     assert resolve_ckpt_path(None, False, tmp_path) is None
     with pytest.raises(FileNotFoundError, match="nope.ckpt"):
         resolve_ckpt_path(str(tmp_path / "nope.ckpt"), False, tmp_path)
+
+
+def test_the_configs_are_found_beside_the_package_and_named_when_missing(tmp_path, monkeypatch):
+    assert repository_conf_dir() == CONF
+    monkeypatch.setattr(asr, "__file__", str(tmp_path / "asr" / "__init__.py"))
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "conf" / "train.yaml")) + " is missing"):
+        repository_conf_dir()
+
+
+def test_the_package_entry_point_composes_the_training_config():
+    out = subprocess.run([sys.executable, "-m", "asr.train", "--cfg", "job", "pos_enc=shaw"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "name: shaw" in out.stdout and "model:" in out.stdout
 
 
 def test_summary_lists_noise_skips_apart_from_utterance_skips():

@@ -7,7 +7,9 @@ pair's first query may sit before, inside or after its key block.
 
 * ``band_expand``: (..., C, N) table -> (..., C, K) with out[a, b] = table[a, bucket(a, b)];
 * ``band_sums``: (..., C, K) -> (..., C, N), the sum of each row's entries per bucket
-  (the adjoint of ``band_expand``).
+  (the adjoint of ``band_expand``);
+* ``add_band_``: ``band_expand`` added into existing logits, one column when the whole block is
+  in an edge bucket (``one_edge_bucket``).
 
 Why not ``scatter_add_`` over the (C, K) bucket index for the sums: it reads an int64
 index per element and does a read-modify-write per element into a tiny output, the
@@ -153,3 +155,19 @@ class BandExpand(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         return band_sums(grad, ctx.max_distance), None
+
+
+def one_edge_bucket(offset: int, buckets: int, queries: int, keys: int) -> bool:
+    """Whether every (query, key) pair of ``queries`` x ``keys`` falls in one edge bucket of ``buckets``
+    (= 2k + 1); ``offset``: M as in :func:`band_sums`, any sign (a block pair of the blocked attention)."""
+    d = (buckets - 1) // 2
+    return offset - d >= keys - 1 or offset + d <= 1 - queries
+
+
+def add_band_(x: Tensor, table: Tensor, offset: int) -> Tensor:
+    """x (..., C, K) += table (..., C, N) read at each (query, key)'s bucket, in place; ``offset``: M as in
+    :func:`band_sums`. A pair all in one edge bucket adds that column without building the band."""
+    buckets, kk, c = table.size(-1), x.size(-1), x.size(-2)
+    if one_edge_bucket(offset, buckets, c, kk):  # one edge bucket: the first (keys behind) or the last (ahead)
+        return x.add_(table[..., :1] if offset > 0 else table[..., -1:])
+    return x.add_(band_expand(table, kk, offset))

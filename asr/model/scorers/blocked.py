@@ -12,7 +12,8 @@ a band of a projected table, not a per-element score_mod). Here the queries go i
 and the keys in blocks of k; per block pair the scheme's :class:`PositionTerm` builds only the
 (c, k) logits it needs (rel_xl: the c + k - 1 rows of its projected table the pair's
 distances use, shifted with the strided ``rel_shift``; shaw and rel_bias: the band of clipped
-buckets), and an online softmax (running max and sum, FlashAttention's) folds the key blocks
+buckets; each term lives with its scheme: ``rel_xl.RelXLTerm``, ``shaw.ShawTerm``,
+``rel_bias.RelBiasTerm``), and an online softmax (running max and sum, FlashAttention's) folds the key blocks
 together. The backward recomputes each block pair's probabilities from the saved row
 log-sum-exp (FlashAttention-2's scheme), so nothing of size C x K is ever kept: the memory
 of a call is O((C + K) Dh) plus one block pair. Attention dropout draws each pair's keep
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 
 from asr.model.masks import ChunkMask
-from asr.model.scorers.band import band_expand, band_sums
+from asr.model.scorers.band import add_band_, band_sums
 from asr.model.scorers.base import check_mask
 
 Mask = Union[None, Tensor, ChunkMask]
@@ -153,10 +154,9 @@ class PositionTerm:
         """The gradients of ``tensors`` after every block pair."""
         return self.grads
 
-
-def _pair_offset(term: PositionTerm, a0: int, b0: int) -> int:
-    """Time of query a0 minus time of key b0."""
-    return term.offset + a0 - b0
+    def pair_offset(self, a0: int, b0: int) -> int:
+        """Time of query a0 minus time of key b0."""
+        return self.offset + a0 - b0
 
 
 class _BlockedAttention(torch.autograd.Function):
@@ -195,7 +195,7 @@ class _BlockedAttention(torch.autograd.Function):
                 if dropout > 0.0:
                     p = p.mul_(_keep_scaled(seed, pair, p, dropout))
                 pair += 1
-                pair_bins = None if rel_v is None else _bucket_sums(p, rel_v, _pair_offset(term, a0, b0))
+                pair_bins = None if rel_v is None else _bucket_sums(p, rel_v, term.pair_offset(a0, b0))
                 if row_max is None:
                     row_sum, acc, acc_bins = pair_sum, torch.bmm(p, v3[:, b0:b1]), pair_bins
                 else:
@@ -251,7 +251,7 @@ class _BlockedAttention(torch.autograd.Function):
                 grad_v[:, b0:b1] += torch.bmm(used.transpose(1, 2), g3[:, a0:a1])
                 dp = torch.bmm(g3[:, a0:a1], v3[:, b0:b1].transpose(1, 2))  # (B*H, c, k)
                 if g_rel is not None:
-                    dp = _add_band(dp, g_rel[:, a0:a1], _pair_offset(term, a0, b0))
+                    dp = add_band_(dp, g_rel[:, a0:a1], term.pair_offset(a0, b0))
                 if keep is not None:
                     dp = dp.mul_(keep)
                 ds = dp.sub_(row_dot[:, a0:a1, None]).mul_(p)  # softmax backward
@@ -305,139 +305,6 @@ def _masked_logits(term: PositionTerm, q_block: Tensor, k3: Tensor, mask: Mask, 
 def _bucket_sums(p: Tensor, rel_v: Tensor, offset: int) -> Tensor:
     """(B*H, c, k) -> (B*H, c, N): each row's probabilities summed per clipped-distance bucket."""
     return band_sums(p, (rel_v.size(0) - 1) // 2, offset)
-
-
-def _far(offset: int, buckets: int, queries: int, keys: int) -> bool:
-    """Whether every (query, key) distance of a block pair is clipped to one edge bucket."""
-    d = (buckets - 1) // 2
-    return offset - d >= keys - 1 or offset + d <= 1 - queries
-
-
-def _add_band(x: Tensor, table: Tensor, offset: int) -> Tensor:
-    """x (..., c, k) += table (..., c, N) read at each pair's bucket (in place)."""
-    buckets, kk, c = table.size(-1), x.size(-1), x.size(-2)
-    if _far(offset, buckets, c, kk):  # one edge bucket: the first (keys behind) or the last (ahead)
-        return x.add_(table[..., :1] if offset > 0 else table[..., -1:])
-    return x.add_(band_expand(table, kk, offset))
-
-
-class RelXLTerm(PositionTerm):
-    """Transformer-XL's bd term: tensors q_s (B, H, C, Dh) = q / sqrt(Dh), v_s (H, Dh) = v / sqrt(Dh)
-    and p (H, Dh, K + C - 1), the projected sinusoids of r = K-1 down to -(C-1); the bd queries
-    q_s + v_s are made per call and not kept (the ac term's q_s + u_s is the core's ``q_bias``).
-
-    A pair of c queries from time t and k keys from time s uses distances r in
-    [t - s - k + 1, t - s + c - 1]: c + k - 1 consecutive rows of p, the window ``rel_shift``
-    turns into the (c, k) band.
-    """
-
-    def start(self, batch, heads, queries, keys, offset, backward) -> None:
-        super().start(batch, heads, queries, keys, offset, backward)
-        q_s, v_s, _ = self.tensors
-        # (H, C, B, Dh): a query block is then one (H, c*B, Dh) view, all utterances against one window.
-        self.q_pos = (q_s + v_s[None, :, None, :]).permute(1, 2, 0, 3).contiguous()
-        # Contiguous (a projected table is (R, H, Dh) underneath) and WIDTH_STEP zero rows longer, so
-        # every window can be read WIDTH_STEP-aligned: a (c*B, Dh) x (Dh, 639) product ran 1.4x slower
-        # per flop than x (Dh, 640) (MKL, one thread).
-        self.p = torch.nn.functional.pad(self.tensors[2], (0, WIDTH_STEP)).contiguous()  # (H, Dh, R + WIDTH_STEP)
-        self._grad_bd: dict[tuple[int, int], Tensor] = {}
-        if backward:
-            self.grad_q_pos = torch.zeros_like(self.q_pos)
-            self.grad_p = torch.zeros_like(self.tensors[2], memory_format=torch.contiguous_format)
-
-    def _window(self, a0: int, a1: int, b0: int, b1: int, aligned: bool = False) -> tuple[Tensor, Tensor, int]:
-        """(query block (H, c*B, Dh), its p window (H, Dh, c + k - 1), first row of the window in p);
-        ``aligned``: the window widened to a multiple of WIDTH_STEP rows (the extra ones are not used)."""
-        c, k = a1 - a0, b1 - b0
-        first = (self.keys - 1) - (self.offset + a0 - b0 + c - 1)  # row of r = t - s + c - 1
-        width = c + k - 1
-        if aligned:
-            width = -(-width // WIDTH_STEP) * WIDTH_STEP
-        window = self.p[:, :, first : first + width]
-        return self.q_pos[:, a0:a1].reshape(self.heads, c * self.batch, -1), window, first
-
-    def logits(self, q, k, a0, a1, b0, b1):
-        from asr.model.scorers.rel_xl import rel_shift
-
-        s = torch.bmm(q, k.transpose(1, 2))  # (B*H, c, k)
-        c, kb = a1 - a0, b1 - b0
-        qb, window, _ = self._window(a0, a1, b0, b1, aligned=True)
-        bd = torch.bmm(qb, window).view(self.heads, c, self.batch, -1).permute(2, 0, 1, 3)  # (B, H, c, W')
-        s.view(self.batch, self.heads, c, kb).add_(rel_shift(bd[..., : c + kb - 1], kb))
-        return s
-
-    def backward(self, ds, a0, a1, b0, b1) -> None:
-        from asr.model.scorers.rel_xl import rel_shift
-
-        c, kb = a1 - a0, b1 - b0
-        qb, window, first = self._window(a0, a1, b0, b1)
-        width = c + kb - 1
-        grad_bd = self._grad_bd.get((c, kb))
-        if grad_bd is None:
-            # Row a's band is columns [c-1-a, c-1-a+k); the copy below writes only the band, so the
-            # corners of a buffer kept per block shape stay zero from pair to pair.
-            grad_bd = self._grad_bd[(c, kb)] = ds.new_zeros(self.heads, c, self.batch, width)  # (H, c, B, W)
-        rel_shift(grad_bd.permute(2, 0, 1, 3), kb).copy_(ds.view(self.batch, self.heads, c, kb))
-        grad_bd = grad_bd.view(self.heads, c * self.batch, width)
-        self.grad_q_pos[:, a0:a1] += torch.bmm(grad_bd, window.transpose(1, 2)).view(self.heads, c, self.batch, -1)
-        self.grad_p[:, :, first : first + width] += torch.bmm(qb.transpose(1, 2), grad_bd)
-
-    def finish(self):
-        return [self.grad_q_pos.permute(2, 0, 1, 3), self.grad_q_pos.sum((1, 2)), self.grad_p]
-
-
-WIDTH_STEP = 16
-
-
-class ShawTerm(PositionTerm):
-    """Shaw's key term: tensor rel (B, H, C, N) = (q / sqrt(Dh)) aK^T, read per pair at the buckets."""
-
-    def start(self, batch, heads, queries, keys, offset, backward) -> None:
-        super().start(batch, heads, queries, keys, offset, backward)
-        self.rel = self.tensors[0].reshape(batch * heads, queries, -1)  # (B*H, C, N)
-        if backward:
-            self.grad_rel = torch.zeros_like(self.rel)
-
-    def logits(self, q, k, a0, a1, b0, b1):
-        offset = _pair_offset(self, a0, b0)
-        if _far(offset, self.rel.size(-1), a1 - a0, b1 - b0):
-            return _add_band(torch.bmm(q, k.transpose(1, 2)), self.rel[:, a0:a1], offset)
-        # The gathered key term is the fresh tensor q k^T accumulates into: no second (c, k) pass.
-        return band_expand(self.rel[:, a0:a1], b1 - b0, offset).baddbmm_(q, k.transpose(1, 2))
-
-    def backward(self, ds, a0, a1, b0, b1) -> None:
-        d = (self.rel.size(-1) - 1) // 2
-        self.grad_rel[:, a0:a1] += band_sums(ds, d, _pair_offset(self, a0, b0))
-
-    def finish(self):
-        return [self.grad_rel.view(self.tensors[0].shape)]
-
-
-class RelBiasTerm(PositionTerm):
-    """T5-style bias: tensor table (H, N), one scalar per head and clipped distance."""
-
-    def start(self, batch, heads, queries, keys, offset, backward) -> None:
-        super().start(batch, heads, queries, keys, offset, backward)
-        if backward:
-            self.grad_table = torch.zeros_like(self.tensors[0])
-
-    def logits(self, q, k, a0, a1, b0, b1):
-        s = torch.bmm(q, k.transpose(1, 2))  # (B*H, c, k)
-        table = self.tensors[0]  # (H, N)
-        c = a1 - a0
-        per_head = table[:, None, :].expand(self.heads, c, table.size(1))  # (H, c, N)
-        view = s.view(self.batch, self.heads, c, b1 - b0)
-        _add_band(view, per_head, _pair_offset(self, a0, b0))
-        return s
-
-    def backward(self, ds, a0, a1, b0, b1) -> None:
-        d = (self.tensors[0].size(1) - 1) // 2
-        per_row = band_sums(ds.view(self.batch, self.heads, a1 - a0, b1 - b0).sum(0), d,
-                            _pair_offset(self, a0, b0))  # (H, c, N)
-        self.grad_table += per_row.sum(1)
-
-    def finish(self):
-        return [self.grad_table]
 
 
 @torch.compiler.disable

@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from asr.model.scorers.band import clipped_distance_index
+from asr.model.scorers.band import add_band_, band_sums, clipped_distance_index
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
-from asr.model.scorers.blocked import Mask, RelBiasTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -39,3 +39,31 @@ class RelBiasScorer(ClippedDistanceScorer):
             return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias),
                                      dropout=self.dropout if self.training else 0.0)
         return super().forward(q, k, v, mask)
+
+
+class RelBiasTerm(PositionTerm):
+    """The blocked attention's (``asr.model.scorers.blocked``) term for rel_bias:
+    tensor table (H, N), one scalar per head and clipped distance."""
+
+    def start(self, batch, heads, queries, keys, offset, backward) -> None:
+        super().start(batch, heads, queries, keys, offset, backward)
+        if backward:
+            self.grad_table = torch.zeros_like(self.tensors[0])
+
+    def logits(self, q, k, a0, a1, b0, b1):
+        s = torch.bmm(q, k.transpose(1, 2))  # (B*H, c, k)
+        table = self.tensors[0]  # (H, N)
+        c = a1 - a0
+        per_head = table[:, None, :].expand(self.heads, c, table.size(1))  # (H, c, N)
+        view = s.view(self.batch, self.heads, c, b1 - b0)
+        add_band_(view, per_head, self.pair_offset(a0, b0))
+        return s
+
+    def backward(self, ds, a0, a1, b0, b1) -> None:
+        d = (self.tensors[0].size(1) - 1) // 2
+        per_row = band_sums(ds.view(self.batch, self.heads, a1 - a0, b1 - b0).sum(0), d,
+                            self.pair_offset(a0, b0))  # (H, c, N)
+        self.grad_table += per_row.sum(1)
+
+    def finish(self):
+        return [self.grad_table]

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend, mask_before_softmax
-from asr.model.scorers.band import BandExpand, band_expand
+from asr.model.scorers.band import BandExpand, add_band_, band_expand, band_sums, one_edge_bucket
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
-from asr.model.scorers.blocked import Mask, ShawTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.tracing import tracing
 
 
@@ -68,3 +68,28 @@ class ShawScorer(ClippedDistanceScorer):
             logits = mask_before_softmax(logits, mask4.expand(b, h, -1, -1).reshape(b * h, -1, kk))
         out = attend(logits.view(b, h, c, kk), v, None, self.dropout, self.training, self.rel_v)
         return out if row_valid is None else out * row_valid
+
+
+class ShawTerm(PositionTerm):
+    """The blocked attention's (``asr.model.scorers.blocked``) term for shaw, the key term:
+    tensor rel (B, H, C, N) = (q / sqrt(Dh)) aK^T, read per pair at the buckets."""
+
+    def start(self, batch, heads, queries, keys, offset, backward) -> None:
+        super().start(batch, heads, queries, keys, offset, backward)
+        self.rel = self.tensors[0].reshape(batch * heads, queries, -1)  # (B*H, C, N)
+        if backward:
+            self.grad_rel = torch.zeros_like(self.rel)
+
+    def logits(self, q, k, a0, a1, b0, b1):
+        offset = self.pair_offset(a0, b0)
+        if one_edge_bucket(offset, self.rel.size(-1), a1 - a0, b1 - b0):
+            return add_band_(torch.bmm(q, k.transpose(1, 2)), self.rel[:, a0:a1], offset)
+        # The gathered key term is the fresh tensor q k^T accumulates into: no second (c, k) pass.
+        return band_expand(self.rel[:, a0:a1], b1 - b0, offset).baddbmm_(q, k.transpose(1, 2))
+
+    def backward(self, ds, a0, a1, b0, b1) -> None:
+        d = (self.rel.size(-1) - 1) // 2
+        self.grad_rel[:, a0:a1] += band_sums(ds, d, self.pair_offset(a0, b0))
+
+    def finish(self):
+        return [self.grad_rel.view(self.tensors[0].shape)]

@@ -26,9 +26,9 @@ import torch
 
 from asr.decode.biased_wer import BiasedErrorCounter
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
-from asr.decode.evaluate import EvalSet, duration_batches
 from asr.decode.hotwords import Biasing, HotwordCompiler
 from asr.decode.rescoring import rescoring_scores
+from asr.evaluation.split import EvalSet, duration_batches
 from asr.lm.fusion import Fusion
 
 NO_LIST = None  # the list-size key of the no-biasing rows

@@ -7,7 +7,7 @@ Why: a 20-minute file decoded at full context was killed by the kernel after 36 
 resident, with no message, and the utterances after it were never decoded. The estimate here
 is a sum over what a forward holds at its peak (features and their normalization, the
 subsampling convolutions, one Conformer layer's activations, the attention's working set,
-the CTC output); the evaluation (``asr.decode.evaluate``) asks it for every batch and
+the CTC output); the evaluation (``asr.evaluation.split``) asks it for every batch and
 
 * decodes a batch over the budget one utterance at a time;
 * decodes an utterance that is over it with the explicit attention but within it with the

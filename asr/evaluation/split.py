@@ -12,7 +12,7 @@ decode.py, the quickstart all score WER this way, so their numbers agree:
 With a memory budget, a batch whose forward would not fit is decoded one utterance at a
 time, an utterance that fits only with the blocked attention is decoded with it, and one
 that fits neither is skipped with a line saying what to do, counted as
-``over_memory_budget`` (``asr.decode.memory``); the rest of the split is still decoded.
+``over_memory_budget`` (``asr.evaluation.memory``); the rest of the split is still decoded.
 
 Axis legend: B batch, T feature frames, F feature bins.
 """
@@ -32,10 +32,10 @@ import torch
 from asr.data.features import FRAME_SHIFT_S
 from asr.decode.batch import FUSED_MODES, MODES, search_encoded
 from asr.decode.long_audio import encode_batch
-from asr.decode.memory import format_bytes, plan_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
+from asr.evaluation.memory import format_bytes, plan_batch
 from asr.lm.fusion import Fusion
 
 
@@ -215,7 +215,7 @@ def evaluate_utterances(
         biasing: hotwords for the same modes: one list for every utterance, or one per utterance key
             (a key that is missing gets none); hotword_rescore_weight: the share rescoring keeps.
         progress: show a progress bar in seconds of audio, moved as the encoder goes.
-        memory_budget: bytes a forward may add at its peak (``asr.decode.memory``); None: no guard.
+        memory_budget: bytes a forward may add at its peak (``asr.evaluation.memory``); None: no guard.
         segmenter: cut every utterance at its pauses (``asr.decode.segment``) and decode the pieces
             on their own; an utterance's hypothesis joins its pieces' in order, and it is scored whole.
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from asr.data.features import FRAME_SHIFT_S
-from asr.decode.evaluate import EvalSet, Utterance, evaluate_utterances
-from asr.decode.memory import estimate_encode_bytes, format_bytes, parse_bytes, plan_batch
+from asr.evaluation.memory import estimate_encode_bytes, format_bytes, parse_bytes, plan_batch
+from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
 from asr.model.scorers import blocked as blocked_attention

@@ -10,7 +10,7 @@ from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.data.importers import make_cut, make_recording
 from asr.data.manifest import write_cuts
 from asr.decode import decode_batch
-from asr.decode.evaluate import EvalSet, Utterance, duration_batches, evaluate_utterances, load_utterances
+from asr.evaluation.split import EvalSet, Utterance, duration_batches, evaluate_utterances, load_utterances
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
 

@@ -1,0 +1,15 @@
+"""Train a streaming Conformer ASR model from the Hydra configs in conf/.
+
+Usage (from the repository root):
+    python -m asr.train                                       # experiment=quickstart (synth, CPU)
+    python -m asr.train pos_enc=shaw pos_enc.max_distance=16
+    python -m asr.train -m pos_enc=rel_xl,shaw,abs_sin,abs_learned,rel_bias,rope,none
+    python -m asr.train resume=true                           # continue exp/<run>/checkpoints/last.ckpt
+    python -m asr.train --help                                # config groups and options
+
+``scripts/train.py`` is the same command.
+"""
+
+from asr.train.run import main
+
+main()

@@ -1,0 +1,48 @@
+"""Which room may import which: the searches (asr.decode) and the model (asr.model) never reach up
+into the evaluation that runs a model on a split (asr.evaluation); and the model imports at the top
+of its files, never inside a function (an import there hides a cycle between two of its files)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# room -> packages no module of the room imports, at the top or inside a function.
+BELOW = {
+    "asr/decode": ("asr.evaluation",),
+    "asr/model": ("asr.evaluation", "asr.decode"),
+}
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every module an ``import``/``from ... import`` in the file names (relative imports resolved)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(filter(None, [base, node.module or ""]))
+            names += [module] + [f"{module}.{alias.name}" for alias in node.names]
+    return names
+
+
+@pytest.mark.parametrize("room", sorted(BELOW))
+def test_a_room_imports_nothing_above_it(room):
+    wrong = [f"{path.relative_to(ROOT)}: {name}" for path in sorted((ROOT / room).rglob("*.py"))
+             for name in imported_modules(path)
+             if any(name == above or name.startswith(above + ".") for above in BELOW[room])]
+    assert not wrong, f"{room} imports from a room above it: {wrong}"
+
+
+def test_the_model_imports_only_at_the_top_of_its_files():
+    inner = []
+    for path in sorted((ROOT / "asr/model").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner += [f"{path.relative_to(ROOT)}:{sub.lineno}" for sub in ast.walk(node)
+                          if isinstance(sub, (ast.Import, ast.ImportFrom))]
+    assert not inner, f"imports inside functions: {inner}"
