@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MAX_LINES = 320
+MAX_LINES = 310
 HYDRA_SCRIPTS = {"scripts/train.py"}  # flags are Hydra's own; options are overrides (key=value)
 SEPARATORS = {"&&", "||", ";", "|"}
 
