@@ -63,7 +63,6 @@ LOADS_A_SCRIPT = {
     "tests/scripts/test_decode_script.py",
     "tests/scripts/test_gpu_check.py",
     "tests/scripts/test_stream_script.py",
-    "tests/scripts/test_train_lm_script.py",
     "tests/serve/test_bench_serve.py",
     "tests/serve/test_export.py",
     "tests/serve/test_onnx_backend.py",
