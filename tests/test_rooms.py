@@ -59,7 +59,6 @@ LOADS_A_SCRIPT = {
     "tests/data/test_shar.py",
     "tests/script_help.py",
     "tests/scripts/test_bench_biasing.py",
-    "tests/scripts/test_bench_train_step_script.py",
     "tests/scripts/test_decode_script.py",
     "tests/scripts/test_gpu_check.py",
     "tests/scripts/test_stream_script.py",
