@@ -63,7 +63,6 @@ LOADS_A_SCRIPT = {
     "tests/serve/test_export.py",
     "tests/serve/test_onnx_backend.py",
     "tests/train/test_checkpoint_loading.py",
-    "tests/train/test_run.py",
 }
 # Runs each script as a program (``python scripts/X.py --help``, all in one interpreter): a
 # subprocess's view of the script, not a test reaching into its functions.
