@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.ablation.evaluate import EvalConfig, evaluate_checkpoint  # noqa: E402
 from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings  # noqa: E402
 from asr.ablation.step_timer import read_step_stats  # noqa: E402
+from asr.ablation.training import exit_on_sigterm  # noqa: E402
 from asr.decode.options import add_search_arguments  # noqa: E402
 
 # The default budget is the same number of optimizer steps for every scheme, with a
@@ -155,16 +156,9 @@ def parse_seeds_for(text: str) -> dict[str, int]:
     return seeds
 
 
-def _exit_on_sigterm(signum, frame) -> None:
-    # SystemExit unwinds through run_training, which then stops the training process
-    # group (it runs in its own session and would otherwise outlive us, e.g. under `timeout`).
-    print(f"[ablate] stopped by signal {signum}; re-run the same command to resume", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if on_main_thread else None
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm) if on_main_thread else None
     try:
         return _run(parse_args(argv))
     finally:

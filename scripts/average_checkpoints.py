@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr.decode.options import add_checkpoint_argument  # noqa: E402
-from asr.train.checkpoint import top_k_checkpoints, write_averaged_checkpoint  # noqa: E402
+from asr.train.checkpoint import average_to_file  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -31,25 +31,15 @@ def main(argv: list[str] | None = None) -> Path:
     add_checkpoint_argument(parser, many=True)  # explicit checkpoints instead of a run's top-k
     parser.add_argument("--out", help="output checkpoint path")
     args = parser.parse_args(argv)
-    if args.checkpoints:
-        paths = [Path(p) for p in args.checkpoints]
-        if not args.out:
-            parser.error("--out is required with --checkpoint")
-    elif not args.run_dir:
+    if args.checkpoints and not args.out:
+        parser.error("--out is required with --checkpoint")
+    if not args.checkpoints and not args.run_dir:
         parser.error("give a run_dir or --checkpoint")
     try:
-        if not args.checkpoints:
-            ranked = top_k_checkpoints(args.run_dir, args.num)
-            for path, score in ranked:
-                print(f"  {score:.4f}  {path}")
-            paths = [p for p, _ in ranked]
-        out = Path(args.out) if args.out else Path(args.run_dir) / "checkpoints" / f"avg{len(paths)}.ckpt"
-        write_averaged_checkpoint(paths, out)
+        return average_to_file(args.checkpoints, args.run_dir, args.num, args.out)
     except ValueError as err:  # CheckpointError: an input that is not a usable checkpoint, or not the first's model
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    print(f"averaged {len(paths)} checkpoints -> {out}")
-    return out
 
 
 if __name__ == "__main__":

@@ -41,8 +41,6 @@ Steps (each one reuses what earlier runs left):
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
 import json
 import subprocess
 import sys
@@ -53,11 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 sys.path.insert(0, str(ROOT))
 
-from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, corpus_profile  # noqa: E402
-from asr.synth.capture import CAPTURE_FILE  # noqa: E402
-from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
+from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, corpus_ready,  # noqa: E402
+                            first_test_audio, reusable_summary, timestamped)
+from asr.synth.capture import CAPTURE_FILE  # noqa: E402
+from asr.synth.corpus import DEFAULT_PROFILE, PROFILES  # noqa: E402
+from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 
 
@@ -69,99 +69,14 @@ def run(cmd: list[str], what: str) -> None:
         sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
 
 
-# What scripts/prepare_data.py writes by default. The tokenizer file is named after its
-# type and size, so a corpus prepared with an older default (unigram256) is detected
-# and prepared again: the synthesized splits are kept, tokenizer and CMVN are redone.
-TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
-CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
-                str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")))
-
-
-def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
-    """All files there, and the train split built with ``profile`` (else prepare_data rebuilds it)."""
-    return all((data_dir / name).exists() for name in CORPUS_FILES) and corpus_profile(data_dir) == profile
-
-
-# Written into the run folder when training starts: what the run learns from and with which
-# recipe. A finished or interrupted run of another corpus (another profile, a rebuilt train
-# split or tokenizer) or recipe (conf/) is never reused or resumed; the quickstart trains a
-# new run beside it instead.
-CORPUS_STAMP = "quickstart_corpus.json"
-
-
-def recipe_digest(conf_dir: Path = ROOT / "conf") -> str:
-    """sha256 of every Hydra config file (names and bytes): a changed recipe (another fbank preset,
-    say) must not find its old finished run and decode that model as the new one."""
-    digest = hashlib.sha256()
-    for path in sorted(conf_dir.rglob("*.yaml")):
-        digest.update(str(path.relative_to(conf_dir)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def corpus_fingerprint(data_dir: Path, conf_dir: Path = ROOT / "conf") -> dict:
-    """The corpus profile, a digest of the train manifest and tokenizer (a few MB to read), and the
-    recipe's (:func:`recipe_digest`)."""
-    digest = hashlib.sha256()
-    for name in (TRAIN_MANIFEST, TOKENIZER_MODEL):
-        digest.update((data_dir / name).read_bytes())
-    return {"data_dir": str(data_dir), "profile": corpus_profile(data_dir), "sha256": digest.hexdigest(),
-            "recipe": recipe_digest(conf_dir)}
-
-
-def timestamped(run_dir: Path) -> Path:
-    return Path(f"{run_dir}_{time.strftime('%Y%m%d_%H%M%S')}")
-
-
-def choose_run_dir(run_dir: Path, fingerprint: dict) -> Path:
-    """``run_dir``, unless it holds a run of another corpus or recipe: then a new timestamped folder beside it."""
-    stamp = run_dir / CORPUS_STAMP
-    if stamp.is_file():
-        trained_on = json.loads(stamp.read_text())
-        if trained_on != fingerprint:
-            new = timestamped(run_dir)
-            what = "recipe (conf/)" if {**trained_on, "recipe": None} == {**fingerprint, "recipe": None} else (
-                f"corpus (profile {trained_on.get('profile')!r} in {trained_on.get('data_dir')}; now "
-                f"{fingerprint['profile']!r} in {fingerprint['data_dir']})")
-            print(f"{run_dir} holds a run of another {what}: training a new run in {new}")
-            return new
-    elif (run_dir / "checkpoints").is_dir():
-        print(f"warning: {run_dir} was trained before the quickstart recorded its corpus; if "
-              f"{fingerprint['data_dir']} changed since (e.g. the default profile, now {fingerprint['profile']!r}), "
-              f"use --retrain")
-    return run_dir
-
-
-def first_test_audio(data_dir: Path) -> str | None:
-    """Path of the first test utterance's audio (read straight from the manifest)."""
-    with gzip.open(data_dir / "cuts_test.jsonl.gz", "rt") as f:
-        for line in f:
-            cut = json.loads(line)
-            recording = cut.get("recording") or {}
-            for source in recording.get("sources", []):
-                if source.get("type") == "file":
-                    # Manifests store audio paths relative to the corpus folder.
-                    path = Path(source["source"])
-                    return str(path if path.is_absolute() else data_dir / path)
-    return None
-
-
-def lm_paths(summary: dict) -> tuple[str | None, str | None]:
-    """The token and word LM files a decode summary was made with (None: not used)."""
-    lm = summary.get("lm") or {}
-    return lm.get("path"), (lm.get("word_lm") or {}).get("path")
-
-
 def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test",
            lms: tuple[Path, Path] | None = None) -> dict:
     """Decode ``split`` with scripts/decode.py into ``out_dir``, or read the results a run with the same
     checkpoint and LMs left there. ``lms``: the (token, word) LMs to fuse, or None."""
-    done = out_dir / "summary.json"
-    wanted = (str(lms[0]), str(lms[1])) if lms else (None, None)
-    if done.is_file():
-        summary = json.loads(done.read_text())
-        if summary["ckpt"] == str(ckpt) and lm_paths(summary) == wanted:
-            print(f"decode results of {ckpt.name} found in {out_dir}")
-            return summary
+    summary = reusable_summary(out_dir, ckpt, lms)
+    if summary is not None:
+        print(f"decode results of {ckpt.name} found in {out_dir}")
+        return summary
     cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
            "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
     if lms is not None:

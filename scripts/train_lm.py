@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr.data.tokenizer import load_tokenizer  # noqa: E402
-from asr.lm import (DEFAULT_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names, train_token_lm,  # noqa: E402
-                    train_word_lm, word_lm_path)
+from asr.lm import DEFAULT_LM_ORDER  # noqa: E402
+from asr.lm.from_text import train_lm_from_text  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,27 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--text {text} is not a file")
     if not args.tokenizer and not (args.words and args.out):
         p.error("--tokenizer is needed (a word LM without it needs --out)")
-    tok_dir = None
-    if args.tokenizer:
-        tok_path = Path(args.tokenizer)
-        tok_dir = tok_path if tok_path.is_dir() else tok_path.parent
-    start = time.perf_counter()
-    with text.open(encoding="utf-8") as f:
-        # the token LM counts the lines as they are read; the word LM keeps them once, to list its words first
-        lines = (line.strip() for line in f)
-        if args.words:
-            out = Path(args.out) if args.out else word_lm_path(tok_dir.parent, args.order)
-            lm, names = train_word_lm(lines, args.order)
-            save_word_lm(lm, names, out)
-            unit = f"{len(names) - 1} words (<unk> included)"
-        else:
-            tok = load_tokenizer(tok_path)
-            out = Path(args.out) if args.out else lm_path(tok_dir.parent, args.order)
-            lm = train_token_lm(lines, tok, args.order)
-            save_arpa(lm, out, token_names(tok))
-            unit = f"{tok.vocab_size} tokens"
-    print(f"{args.order}-gram over {unit}: n-grams by order {lm.num_ngrams()} -> {out} "
-          f"({time.perf_counter() - start:.1f} s)")
+    train_lm_from_text(text, args.order, args.tokenizer, args.words, args.out)
 
 
 if __name__ == "__main__":

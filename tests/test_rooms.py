@@ -1,8 +1,10 @@
 """Which room may import which: the searches (asr.decode) and the model (asr.model) never reach up
 into the evaluation that runs a model on a split (asr.evaluation); and the model imports at the top
-of its files, never inside a function (an import there hides a cycle between two of its files)."""
+of its files, never inside a function (an import there hides a cycle between two of its files); and
+tests reach logic through the package, not by loading scripts by their path."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,32 @@ def test_the_model_imports_only_at_the_top_of_its_files():
                 inner += [f"{path.relative_to(ROOT)}:{sub.lineno}" for sub in ast.walk(node)
                           if isinstance(sub, (ast.Import, ast.ImportFrom))]
     assert not inner, f"imports inside functions: {inner}"
+
+
+# A test imports the package, never a script: a script is argument parsing plus one call, and the
+# logic a test checks lives in asr/. These files still load a script by its path because what they
+# check is still a script's main(); the set only shrinks (a file that stops must leave it too).
+LOADS_A_SCRIPT = {
+    "tests/ablation/test_ablate_e2e.py",
+    "tests/scripts/test_bench_biasing.py",
+    "tests/scripts/test_decode_script.py",
+    "tests/scripts/test_gpu_check.py",
+    "tests/scripts/test_stream_script.py",
+    "tests/serve/test_bench_serve.py",
+    "tests/serve/test_export.py",
+    "tests/serve/test_onnx_backend.py",
+    "tests/train/test_checkpoint_loading.py",
+}
+# Runs each script as a program (``python scripts/X.py --help``, all in one interpreter): a
+# subprocess's view of the script, not a test reaching into its functions.
+RUNS_SCRIPTS_AS_PROGRAMS = {"tests/script_help.py"}
+SCRIPT_BY_PATH = re.compile(r"spec_from_file_location|runpy\.run_path|sys\.path\.insert\([^\n]*scripts")
+
+
+def test_tests_do_not_load_scripts_by_path():
+    loaders = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "tests").rglob("*.py"))
+               if path != Path(__file__).resolve() and SCRIPT_BY_PATH.search(path.read_text())}
+    loaders -= RUNS_SCRIPTS_AS_PROGRAMS
+    assert not loaders - LOADS_A_SCRIPT, f"tests that load a script by its path: {sorted(loaders - LOADS_A_SCRIPT)}"
+    assert not LOADS_A_SCRIPT - loaders, f"no longer load a script: drop them from LOADS_A_SCRIPT: " \
+                                         f"{sorted(LOADS_A_SCRIPT - loaders)}"

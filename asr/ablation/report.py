@@ -18,7 +18,7 @@ from asr.ablation.analysis import (
 from asr.ablation.convergence import CONVERGED_BAND, PLATEAU_FRACTION
 from asr.ablation.stats import DEFAULT_REPLICATES
 from asr.ablation.evaluate import ALL_WER_METRICS, CHUNK_SWEEP, NOT_APPLICABLE, PROBE_CONTEXTS, TRANSLATION_METRICS
-from asr.ablation.rel_shift import rel_shift_section, translation_section
+from asr.ablation.report_sections import rel_shift_section, translation_section
 from asr.ablation.translation import CHUNK as SHIFT_CHUNK
 from asr.ablation.translation import LEFT as SHIFT_LEFT
 from asr.ablation.results import METRICS, SchemeResult

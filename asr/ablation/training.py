@@ -161,6 +161,14 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
     )
 
 
+def exit_on_sigterm(signum, frame) -> None:
+    """SIGTERM handler of a process that runs trainings: SystemExit unwinds through :func:`run_training`,
+    which then stops the training process group (it runs in its own session and would otherwise
+    outlive the runner, e.g. under ``timeout``)."""
+    print(f"[ablate] stopped by signal {signum}; re-run the same command to resume", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
+
+
 def _read_peak_rss(path: Path) -> float:
     try:
         return float(json.loads(path.read_text())["peak_rss_mb"])

@@ -360,3 +360,28 @@ def write_averaged_checkpoint(paths: list[str | Path], out_path: str | Path) -> 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(averaged, out_path)
     return out_path
+
+
+def average_to_file(checkpoints: list[str | Path] | None = None, run_dir: str | Path | None = None, num: int = 5,
+                    out: str | Path | None = None) -> Path:
+    """Average ``checkpoints``, or else the ``num`` best of ``run_dir`` (listed with their scores), into
+    ``out`` (default ``<run_dir>/checkpoints/avg<N>.ckpt``; needed with ``checkpoints``); returns the file.
+
+    A ValueError (a :class:`CheckpointError` for an input that is not a usable checkpoint or not the
+    first one's model) says what is wrong, and nothing is written.
+    """
+    if checkpoints:
+        if out is None:
+            raise ValueError("an output path is needed to average explicit checkpoints")
+        paths = [Path(p) for p in checkpoints]
+    elif run_dir is None:
+        raise ValueError("give a run folder or the checkpoints to average")
+    else:
+        ranked = top_k_checkpoints(run_dir, num)
+        for path, score in ranked:
+            print(f"  {score:.4f}  {path}")
+        paths = [p for p, _ in ranked]
+    out = Path(out) if out is not None else Path(run_dir) / "checkpoints" / f"avg{len(paths)}.ckpt"
+    write_averaged_checkpoint(paths, out)
+    print(f"averaged {len(paths)} checkpoints -> {out}")
+    return out

@@ -56,11 +56,9 @@ def test_sigterm_to_the_runner_stops_the_training_group(tmp_path: Path) -> None:
 
     script = f"""
 import signal, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'scripts')!r})
-import ablate
 from pathlib import Path
-from asr.ablation.training import TrainJob, run_training
-signal.signal(signal.SIGTERM, ablate._exit_on_sigterm)
+from asr.ablation.training import TrainJob, exit_on_sigterm, run_training
+signal.signal(signal.SIGTERM, exit_on_sigterm)
 job = TrainJob(scheme="rel_xl", run_dir=Path({str(tmp_path)!r}), data_dir="d", budget_steps=1)
 code = "import os, time; open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 run_training(job, [sys.executable, "-c", code])

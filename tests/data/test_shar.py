@@ -1,8 +1,6 @@
 """Lhotse Shar: writing shards, per-rank per-epoch shard split, training batches from shards."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +9,8 @@ from asr.data.audio import cut_waveform
 from asr.data.datamodule import AsrDataModule
 from asr.data.manifest import read_cuts
 from asr.data.shar import RankShardedShar, shar_stats, shard_paths, write_shar
+from asr.prepare import PrepareOptions, prepare_corpus
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prepare_data.py"
 
 
 def test_shards_hold_every_cut_with_its_audio(tiny_corpus, tiny_shar):
@@ -74,16 +72,13 @@ def test_training_batches_from_shar_cover_the_split_each_epoch(tiny_corpus, char
 
 
 def test_prepare_data_writes_shar(tiny_corpus, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("prepare_data", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     wenet = tmp_path / "train.list"
     cuts = list(read_cuts(tiny_corpus / "cuts_dev.jsonl.gz"))
     wenet.write_text("".join(
         f'{{"key": "{c.id}", "wav": "{c.recording.sources[0].source}", "txt": "{c.supervisions[0].text}"}}\n'
         for c in cuts))
-    script.main(["--corpus", "wenet", "--src", f"train={wenet}", "--data-dir", str(tmp_path / "out"), "--units",
-                 "char", "--workers", "0", "--shar-dir", str(tmp_path / "shar"), "--shard-size", "2"])
+    prepare_corpus(PrepareOptions(corpus="wenet", src=[f"train={wenet}"], data_dir=str(tmp_path / "out"), units="char",
+                                  workers=0, shar_dir=str(tmp_path / "shar"), shard_size=2))
     assert len(shard_paths(tmp_path / "shar")["cuts"]) == -(-len(cuts) // 2)
     assert {c.id for c in RankShardedShar(tmp_path / "shar", seed=0)} == {c.id for c in cuts}
     assert f"shar: {len(cuts)} cuts" in capsys.readouterr().out

@@ -1,25 +1,22 @@
-"""scripts/bench_train_step.py end to end on a tiny synthetic model: what it prints, what it refuses."""
+"""scripts/bench_train_step.py (asr/bench/train_step_run.py) end to end on a tiny synthetic model: what it
+prints, what it refuses."""
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_train_step.py"
-TINY = ["model.encoder.d_model=16", "model.encoder.num_heads=2", "model.encoder.num_layers=1",
-        "model.encoder.ffn_dim=32", "model.decoder_layers=1", "model.decoder_ffn_dim=32", "data.max_duration=8"]
+from asr.bench.train_step_run import TrainStepBench, run_train_step_bench
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("bench_train_step_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ("model.encoder.d_model=16", "model.encoder.num_heads=2", "model.encoder.num_layers=1",
+        "model.encoder.ffn_dim=32", "model.decoder_layers=1", "model.decoder_ffn_dim=32", "data.max_duration=8")
 
 
 def test_synthetic_comparison_and_optimizer_table_print_their_tables(capsys):
-    _script().main(["--synthetic", "30", "--compare", "eager", "--steps", "3", "--warmup", "1", "--optimizers",
-                    "--threads", "1", *TINY])
+    run_train_step_bench(TrainStepBench(synthetic=30, compare="eager", steps=3, warmup=1, optimizers=True, threads=1,
+                                        overrides=TINY))
     out = capsys.readouterr().out
     assert "synthetic batches of up to 8 s" in out
     rows = [line.split()[0] for line in out.splitlines() if line.split()[:1] in (["for-loop"], ["foreach"], ["fused"])]
@@ -28,13 +25,18 @@ def test_synthetic_comparison_and_optimizer_table_print_their_tables(capsys):
     assert any(line.startswith("eager") for line in out.splitlines())
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--synthetic", "30", "--recompiles", "blocks", "--compare", "eager"], "--synthetic goes with --compare"),
-    (["--synthetic", "30", "--profile"], "--synthetic goes with --compare"),
-    (["--compare", "eager,jit"], "unknown variant"),
-    ([], "choose --profile"),
+@pytest.mark.parametrize("options, message", [
+    (dict(synthetic=30, recompiles="blocks", compare="eager"), "--synthetic goes with --compare"),
+    (dict(synthetic=30, profile=True), "--synthetic goes with --compare"),
+    (dict(compare="eager,jit"), "unknown variant"),
+    (dict(), "choose --profile"),
 ])
-def test_combinations_it_cannot_run_are_refused_before_anything_is_built(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        _script().parse_args(argv)
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+def test_combinations_it_cannot_run_are_refused_before_anything_is_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        TrainStepBench(**options)
+
+
+def test_the_script_refuses_them_with_a_usage_error():
+    done = subprocess.run([sys.executable, "scripts/bench_train_step.py", "--synthetic", "30", "--profile"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--synthetic goes with --compare" in done.stderr

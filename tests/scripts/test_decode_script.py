@@ -142,6 +142,7 @@ def test_quickstart_decodes_through_decode_script_and_reuses_its_summary(trained
 def test_quickstart_reuses_lm_results_only_for_the_same_lms(trained, tmp_path, capsys):
     from asr.data.tokenizer import load_tokenizer
     from asr.lm import lm_path, save_arpa, save_word_lm, token_names, train_token_lm, train_word_lm, word_lm_path
+    from asr.quickstart import lm_paths
 
     spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
     quickstart = importlib.util.module_from_spec(spec)
@@ -153,7 +154,7 @@ def test_quickstart_reuses_lm_results_only_for_the_same_lms(trained, tmp_path, c
            save_word_lm(*train_word_lm(texts, 2), word_lm_path(corpus, 2)))
     out = tmp_path / "test_full_lm"
     summary = quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms)
-    assert quickstart.lm_paths(summary) == (str(lms[0]), str(lms[1]))
+    assert lm_paths(summary) == (str(lms[0]), str(lms[1]))
     capsys.readouterr()
     assert quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms) == summary
     assert "found in" in capsys.readouterr().out
@@ -161,7 +162,7 @@ def test_quickstart_reuses_lm_results_only_for_the_same_lms(trained, tmp_path, c
     summary["lm"].pop("word_lm")
     (out / "summary.json").write_text(json.dumps(summary))
     again = quickstart.decode(ckpt, out, "attention_rescoring", 0, 1, lms=lms)
-    assert "found in" not in capsys.readouterr().out and quickstart.lm_paths(again) == (str(lms[0]), str(lms[1]))
+    assert "found in" not in capsys.readouterr().out and lm_paths(again) == (str(lms[0]), str(lms[1]))
 
 
 def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
@@ -193,6 +194,7 @@ def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
 def test_word_lm_option_is_recorded_and_decodes_beside_the_token_lm(trained, tmp_path, capsys):
     from asr.data.tokenizer import load_tokenizer
     from asr.lm import lm_path, save_arpa, save_word_lm, token_names, train_token_lm, train_word_lm, word_lm_path
+    from asr.quickstart import lm_paths
 
     corpus, ckpt = trained
     tok = load_tokenizer(corpus / "tokenizer")

@@ -1,23 +1,12 @@
-"""The quickstart rebuilds a corpus made with another synth profile than the default."""
+"""The quickstart rebuilds a corpus made with another synth profile than the default (asr/quickstart.py)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
+from asr import quickstart
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _quickstart():
-    spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_corpus_ready_needs_every_file_and_the_default_profile(tmp_path):
-    quickstart = _quickstart()
     for name in quickstart.CORPUS_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
@@ -36,7 +25,6 @@ def test_corpus_ready_needs_every_file_and_the_default_profile(tmp_path):
 
 
 def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
-    quickstart = _quickstart()
     corpus = tmp_path / "synth"
     (corpus / "tokenizer").mkdir(parents=True)
     (corpus / "cuts_train.jsonl.gz").write_bytes(b"train v1")
@@ -77,3 +65,16 @@ def test_a_run_of_another_corpus_is_never_reused(tmp_path, capsys):
     (old / "checkpoints").mkdir(parents=True)
     assert quickstart.choose_run_dir(old, first) == old
     assert "use --retrain" in capsys.readouterr().out
+
+
+def test_a_decode_summary_is_reused_only_for_the_same_checkpoint_and_lms(tmp_path):
+    lms = (tmp_path / "lm.arpa.gz", tmp_path / "word_lm")
+    assert quickstart.reusable_summary(tmp_path, tmp_path / "a.ckpt", lms) is None  # nothing decoded yet
+    summary = {"ckpt": str(tmp_path / "a.ckpt"), "lm": {"path": str(lms[0]), "word_lm": {"path": str(lms[1])}}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert quickstart.reusable_summary(tmp_path, tmp_path / "a.ckpt", lms) == summary
+    assert quickstart.reusable_summary(tmp_path, tmp_path / "b.ckpt", lms) is None
+    assert quickstart.reusable_summary(tmp_path, tmp_path / "a.ckpt") is None  # decoded with LMs, wanted without
+    summary["lm"].pop("word_lm")  # token LM only
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert quickstart.reusable_summary(tmp_path, tmp_path / "a.ckpt", lms) is None

@@ -1,22 +1,17 @@
-"""scripts/train_lm.py: token LM with a tokenizer, word LM with --words, and its refusals."""
+"""scripts/train_lm.py (asr/lm/from_text.py): token LM with a tokenizer, word LM with --words, and its refusals."""
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from asr.data.tokenizer import load_tokenizer, write_char_units
 from asr.lm import load_token_lm, load_word_lm
+from asr.lm.from_text import train_lm_from_text
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_lm.py"
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "alpha bravo\ncharlie alpha bravo\n\nbravo delta\n"
-
-
-def _main():
-    spec = importlib.util.spec_from_file_location("train_lm", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def test_token_and_word_lms_are_written_where_the_decoders_look(tmp_path, capsys):
@@ -24,11 +19,10 @@ def test_token_and_word_lms_are_written_where_the_decoders_look(tmp_path, capsys
     text.write_text(TEXT)
     write_char_units(TEXT.split("\n"), tmp_path / "corpus" / "tokenizer")
     tok = load_tokenizer(tmp_path / "corpus" / "tokenizer")
-    main = _main()
-    main(["--text", str(text), "--tokenizer", str(tmp_path / "corpus" / "tokenizer"), "--order", "3"])
+    train_lm_from_text(text, 3, tmp_path / "corpus" / "tokenizer")
     token_lm = load_token_lm(tmp_path / "corpus" / "lm" / "3gram.arpa.gz", tok)
     assert token_lm.order == 3
-    main(["--text", str(text), "--tokenizer", str(tmp_path / "corpus" / "tokenizer"), "--words", "--order", "2"])
+    train_lm_from_text(text, 2, tmp_path / "corpus" / "tokenizer", words=True)
     assert "2-gram over 5 words (<unk> included)" in capsys.readouterr().out
     word_lm, words = load_word_lm(tmp_path / "corpus" / "lm" / "words_2gram.arpa.gz")
     ids = {w: i for i, w in enumerate(words)}
@@ -36,11 +30,13 @@ def test_token_and_word_lms_are_written_where_the_decoders_look(tmp_path, capsys
     assert word_lm.logprob([ids["alpha"]], ids["bravo"]) > word_lm.logprob([ids["alpha"]], ids["delta"])
 
 
-def test_a_token_lm_needs_a_tokenizer(tmp_path, capsys):
+def test_a_token_lm_needs_a_tokenizer(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(TEXT)
-    with pytest.raises(SystemExit):
-        _main()(["--text", str(text)])
-    assert "--tokenizer is needed" in capsys.readouterr().err
-    _main()(["--text", str(text), "--words", "--order", "2", "--out", str(tmp_path / "w.arpa")])  # no tokenizer
+    done = subprocess.run([sys.executable, "scripts/train_lm.py", "--text", str(text)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--tokenizer is needed" in done.stderr
+    with pytest.raises(ValueError, match="a tokenizer is needed"):
+        train_lm_from_text(text, 3)
+    train_lm_from_text(text, 2, words=True, out=tmp_path / "w.arpa")  # no tokenizer
     assert load_word_lm(tmp_path / "w.arpa")[0].order == 2

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from asr.data.features import LEGACY, SHERPA, FeatureConfig
-from asr.train.checkpoint import load_model, top_k_checkpoints, write_averaged_checkpoint
+from asr.train.checkpoint import average_to_file, load_model, top_k_checkpoints, write_averaged_checkpoint
 import asr
 from asr.train.config import repository_conf_dir
 from asr.train.run import train
@@ -109,18 +109,9 @@ def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):
             assert torch.allclose(v, (a[k] + b[k]) / 2, atol=1e-6)
 
 
-def average_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("avg_script", CONF.parent / "scripts" / "average_checkpoints.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
-
-
 def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, capsys):
     cfg, summary, out = trained
-    written = average_script().main([str(out), "--num", "2", "--out", str(tmp_path / "avg2.ckpt")])
+    written = average_to_file(run_dir=out, num=2, out=tmp_path / "avg2.ckpt")
     assert written == tmp_path / "avg2.ckpt" and "averaged 2 checkpoints" in capsys.readouterr().out
     model, tokenizer, saved_cfg = load_model(written)
     assert saved_cfg.experiment_name == cfg.experiment_name and tokenizer.vocab_size == model.vocab_size
@@ -131,8 +122,20 @@ def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, c
 def test_average_checkpoints_script_takes_explicit_checkpoints(trained, tmp_path, flags):
     cfg, summary, out = trained
     paths = {"A": str(out / "checkpoints" / "last.ckpt"), "B": str(top_k_checkpoints(out, 1)[0][0])}
-    written = average_script().main([paths.get(f, f) for f in flags] + ["--out", str(tmp_path / "avg.ckpt")])
+    done = subprocess.run([sys.executable, "scripts/average_checkpoints.py", *[paths.get(f, f) for f in flags],
+                           "--out", str(tmp_path / "avg.ckpt")], cwd=CONF.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "avg.ckpt"
     assert torch.load(written, weights_only=False)["averaged_from"] == [paths["A"], paths["B"]]
+
+
+def test_averaging_needs_an_output_for_explicit_checkpoints_and_something_to_average(tmp_path):
+    with pytest.raises(ValueError, match="output path is needed"):
+        average_to_file([tmp_path / "a.ckpt", tmp_path / "b.ckpt"])
+    with pytest.raises(ValueError, match="give a run folder or the checkpoints"):
+        average_to_file(out=tmp_path / "avg.ckpt")
+    assert not (tmp_path / "avg.ckpt").exists()
 
 
 def test_resume_flag_picks_last_checkpoint(tmp_path):

@@ -5,7 +5,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from asr.train.saving import TopKAndLastCheckpoint
+from asr.train.checkpoint_callback import TopKAndLastCheckpoint
 
 
 class PlateauModule(pl.LightningModule):
