@@ -31,8 +31,9 @@ async def wait_until(condition, seconds=10.0):
 
 def test_silent_connections_are_closed_at_the_idle_timeout_and_real_clients_get_in(model, tokenizer):
     async def scenario():
+        # 3 s: 32 connections and a refused 33rd fit inside it on a loaded 2-core machine (0.5 s did not)
         async with make_server(model, tokenizer, max_connections=32, max_connections_per_client=32,
-                               idle_timeout_s=0.5) as server:
+                               idle_timeout_s=3.0) as server:
             silent = [await connect(uri(server)) for _ in range(31)]
             quiet = await connect(uri(server))  # starts, sends a little audio, then nothing
             await quiet.send('{"signal": "start"}')
@@ -48,7 +49,7 @@ def test_silent_connections_are_closed_at_the_idle_timeout_and_real_clients_get_
     assert codes == [1008] * 32 and idle_closed == 32
     for replies in closed[:31]:
         assert [r.status for r in replies] == ["failed"]
-        assert "idle timeout: no message for 0.5 s" in replies[0].message and "the start signal" in replies[0].message
+        assert "idle timeout: no message for 3 s" in replies[0].message and "the start signal" in replies[0].message
     assert [r.type for r in closed[31]][0] == "server_ready"
     assert closed[31][-1].status == "failed" and "audio or the end signal" in closed[31][-1].message
     assert served.finals and served.close_code == 1000
