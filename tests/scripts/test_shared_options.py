@@ -11,6 +11,7 @@ from asr.lm import add_lm_arguments
 from asr.streaming.vad import add_vad_arguments
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+PROGRAMS = Path(__file__).resolve().parents[2] / "asr" / "cli"
 
 
 def shared_options() -> set[str]:
@@ -47,11 +48,11 @@ def test_the_helpers_define_the_shared_options():
 
 def test_no_script_defines_a_shared_option():
     shared = shared_options()
-    scripts = sorted(SCRIPTS.glob("*.py"))
+    scripts = sorted(SCRIPTS.glob("*.py")) + sorted(PROGRAMS.glob("*.py"))  # a script's program may live in asr/cli
     assert len(scripts) > 10  # the folder was found
     per_script = {path: defined_options(path.read_text(encoding="utf-8"), str(path)) for path in scripts}
     assert sum(map(len, per_script.values())) > 100  # the scripts' own options were read
-    offending = [f"scripts/{path.name}:{line} defines {flag}" for path, found in per_script.items()
+    offending = [f"{path.parent.name}/{path.name}:{line} defines {flag}" for path, found in per_script.items()
                  for line, flag in found if flag in shared]
     assert not offending, ("use the shared helpers (asr.decode.options, add_hotword_arguments, add_lm_arguments, "
                            "add_vad_arguments) instead: " + "; ".join(offending))

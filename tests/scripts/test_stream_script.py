@@ -17,8 +17,7 @@ from asr.model.asr_model import build_asr_model
 from asr.train.checkpoint import TOKENIZER_KEY, load_model, pack_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import stream  # noqa: E402
+from asr.cli import stream  # noqa: E402
 
 
 @pytest.fixture(scope="module")

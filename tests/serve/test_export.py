@@ -106,14 +106,9 @@ def test_settings_that_cannot_be_a_fixed_state_say_why(tokenizer):
 
 
 def test_export_script_writes_files_that_load_and_refuses_unbounded_memory(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
+    import asr.cli.export as script
     from tests.serve.helpers import save_checkpoint
 
-    spec = importlib.util.spec_from_file_location("export_script", Path(__file__).parents[2] / "scripts/export.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     ckpt = save_checkpoint(tmp_path)
     assert script.main(["--checkpoint", str(ckpt), "--out-dir", str(tmp_path / "out"), "--left-chunks", "-1"]) == 2
     assert "cannot export: left_chunks (-1) must be >= 1" in capsys.readouterr().err
