@@ -57,8 +57,6 @@ LOADS_A_SCRIPT = {
     "tests/ablation/test_ablate_e2e.py",
     "tests/scripts/test_decode_script.py",
     "tests/scripts/test_gpu_check.py",
-    "tests/serve/test_bench_serve.py",
-    "tests/serve/test_onnx_backend.py",
     "tests/train/test_checkpoint_loading.py",
 }
 # Runs each script as a program (``python scripts/X.py --help``, all in one interpreter): a

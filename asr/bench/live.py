@@ -2,8 +2,8 @@
 
 Sessions (:mod:`asr.bench.live_sessions`) are built from any split: a lead-in, several
 sentences with pauses, a tail, over a background that runs under all of it; the same
-layouts over every background. ``scripts/serve.py`` runs as a child process on
-127.0.0.1 (a free port; ``server_args`` pass any of its options through, so runtime
+layouts over every background. The server (``python -m asr.cli.serve``, what ``scripts/serve.py``
+runs) is a child process on 127.0.0.1 (a free port; ``server_args`` pass any of its options through, so runtime
 options can be compared) and every session is streamed to it with continuous decoding,
 paced at ``speed`` times real time (0: as fast as the server takes it), at most
 ``concurrency`` connections at once, the whole run within ``max_seconds``. Every
@@ -59,7 +59,14 @@ from asr.bench.live_sessions import (BACKGROUNDS, Timing, alone, check_backgroun
 from asr.bench.live_score import Final, Heard, Word, score_alone, score_session, summarize
 from asr.data.features import SAMPLE_RATE
 
-SERVE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "serve.py"
+CHECKOUT = Path(__file__).resolve().parents[2]  # holds asr/: the server runs this code
+
+
+def server_env() -> dict[str, str]:
+    """The environment for a ``python -m asr.cli.serve`` child: this checkout's package first, whatever an
+    installed one would give it."""
+    path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
 
 
 @dataclass(frozen=True)
@@ -91,13 +98,11 @@ class LiveConfig:
 @contextmanager
 def serve_process(checkpoint: str, server_args: tuple[str, ...], max_connections: int, max_backlog_s: float,
                   start_timeout_s: float = 120.0):
-    """``scripts/serve.py`` as a child process on 127.0.0.1 and a free port; yields its ws:// URI.
+    """The server (``asr.cli.serve``) as a child process on 127.0.0.1 and a free port; yields its ws:// URI.
     ``server_args`` come last, so they override the bench's own limits."""
-    cmd = [sys.executable, str(SERVE_SCRIPT), "--checkpoint", checkpoint, "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "asr.cli.serve", "--checkpoint", checkpoint, "--host", "127.0.0.1", "--port", "0",
            "--max-connections", str(max_connections), "--max-backlog-s", f"{max_backlog_s:g}", *server_args]
-    # The server runs this checkout's code, whatever an installed package would give it.
-    root = str(SERVE_SCRIPT.parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = server_env()
     with tempfile.TemporaryFile("w+") as log:  # its log goes to a file: an unread pipe would stall it
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         try:
@@ -108,7 +113,7 @@ def serve_process(checkpoint: str, server_args: tuple[str, ...], max_connections
                 proc.wait()
                 log.seek(0)
                 tail = " | ".join(log.read().strip().splitlines()[-2:])
-                raise RuntimeError(f"scripts/serve.py did not start ({line.strip() or 'no output'}): {tail}")
+                raise RuntimeError(f"the server (asr.cli.serve) did not start ({line.strip() or 'no output'}): {tail}")
             yield line.split()[2]
         finally:
             if proc.poll() is None:

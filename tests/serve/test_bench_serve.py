@@ -1,6 +1,5 @@
 """scripts/bench_serve.py end to end on loopback: one real-time client of a tiny model (a smoke run, not a timing)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -16,10 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "scripts/bench_serve.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import asr.cli.bench_serve
+
+    return asr.cli.bench_serve
 
 
 def test_bench_serve_reports_a_row_per_client_count_with_finals_equal_to_offline(tmp_path, capsys):

@@ -2,7 +2,6 @@
 backend."""
 
 import asyncio
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -111,10 +110,9 @@ def test_server_final_on_onnx_backend_equals_eager_backend(model, tokenizer, onn
 
 
 def load_serve_script():
-    spec = importlib.util.spec_from_file_location("serve_script", ROOT / "scripts/serve.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    import asr.cli.serve
+
+    return asr.cli.serve
 
 
 def test_serve_script_builds_the_onnx_backend_and_checks_its_arguments(tmp_path, capsys, onnx_path):
