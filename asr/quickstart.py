@@ -12,6 +12,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,3 +116,32 @@ def reusable_summary(out_dir: Path, ckpt: Path, lms: tuple[Path, Path] | None = 
     summary = json.loads(done.read_text())
     wanted = (str(lms[0]), str(lms[1])) if lms else (None, None)
     return summary if summary["ckpt"] == str(ckpt) and lm_paths(summary) == wanted else None
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository: the steps run from it, on its code
+
+
+def run_step(cmd: list[str], what: str) -> None:
+    """Run one step from the repository root, streaming its output; stop the quickstart with the step's exit
+    code on failure. A ``python -m asr...`` step runs this checkout's package, whatever is installed."""
+    print(f"\n=== {what}\n$ {' '.join(cmd)}", flush=True)
+    path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+    code = subprocess.call(cmd, cwd=CHECKOUT, env={**os.environ, "PYTHONPATH": path})
+    if code != 0:
+        sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
+
+
+def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test",
+           lms: tuple[Path, Path] | None = None) -> dict:
+    """Decode ``split`` with decode.py's program (``asr.cli.decode``) into ``out_dir``, or read the results a
+    run with the same checkpoint and LMs left there. ``lms``: the (token, word) LMs to fuse, or None."""
+    summary = reusable_summary(out_dir, ckpt, lms)
+    if summary is not None:
+        print(f"decode results of {ckpt.name} found in {out_dir}")
+        return summary
+    cmd = [sys.executable, "-m", "asr.cli.decode", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
+           "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
+    if lms is not None:
+        cmd += ["--lm", str(lms[0]), "--word-lm", str(lms[1])]
+    run_step(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'}{' + LMs' if lms else ''})")
+    return json.loads((out_dir / "summary.json").read_text())

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, corpus_ready,  # noqa: E402
-                            first_test_audio, reusable_summary, timestamped)
+                            decode, first_test_audio, run_step, timestamped)
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
@@ -62,27 +61,8 @@ from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
-    """Run one step, streaming its output; stop the quickstart with its exit code on failure."""
-    print(f"\n=== {what}\n$ {' '.join(cmd)}", flush=True)
-    code = subprocess.call(cmd, cwd=ROOT)
-    if code != 0:
-        sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
-
-
-def decode(ckpt: Path, out_dir: Path, modes: str, chunk: int, threads: int, split: str = "test",
-           lms: tuple[Path, Path] | None = None) -> dict:
-    """Decode ``split`` with scripts/decode.py into ``out_dir``, or read the results a run with the same
-    checkpoint and LMs left there. ``lms``: the (token, word) LMs to fuse, or None."""
-    summary = reusable_summary(out_dir, ckpt, lms)
-    if summary is not None:
-        print(f"decode results of {ckpt.name} found in {out_dir}")
-        return summary
-    cmd = [PY, "scripts/decode.py", "--checkpoint", str(ckpt), "--split", split, "--modes", modes,
-           "--chunk-size", str(chunk), "--out-dir", str(out_dir), "--threads", str(threads)]
-    if lms is not None:
-        cmd += ["--lm", str(lms[0]), "--word-lm", str(lms[1])]
-    run(cmd, f"decode {split} ({'full context' if chunk == 0 else f'chunk {chunk}'}{' + LMs' if lms else ''})")
-    return json.loads((out_dir / "summary.json").read_text())
+    """Run one step (``asr.quickstart.run_step``)."""
+    run_step(cmd, what)
 
 
 LIVE_SESSIONS, LIVE_BACKGROUNDS = 4, "zeros,room"

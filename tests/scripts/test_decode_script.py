@@ -1,6 +1,5 @@
 """scripts/decode.py on a tiny trained checkpoint: JSONL per mode, a summary, and the same errors as the ablation."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,10 +28,8 @@ def trained(tmp_path_factory):
     return corpus, out / "checkpoints" / "last.ckpt"
 
 
-# The script's main(argv) in this process: a subprocess would pay torch's import again.
-_spec = importlib.util.spec_from_file_location("decode_script", ROOT / "scripts" / "decode.py")
-decode_script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(decode_script)
+# The program's main(argv) in this process: a subprocess would pay torch's import again.
+import asr.cli.decode as decode_script  # noqa: E402
 
 
 def decode(capsys, *args):
@@ -127,9 +124,8 @@ def test_decode_script_and_ablation_score_each_utterance_alike(trained, tmp_path
 
 
 def test_quickstart_decodes_through_decode_script_and_reuses_its_summary(trained, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+    import asr.quickstart as quickstart
+
     _, ckpt = trained
     out = tmp_path / "test_full"
     summary = quickstart.decode(ckpt, out, "ctc_greedy", 0, 1)  # a decode.py subprocess
@@ -144,9 +140,8 @@ def test_quickstart_reuses_lm_results_only_for_the_same_lms(trained, tmp_path, c
     from asr.lm import lm_path, save_arpa, save_word_lm, token_names, train_token_lm, train_word_lm, word_lm_path
     from asr.quickstart import lm_paths
 
-    spec = importlib.util.spec_from_file_location("quickstart_script", ROOT / "scripts" / "quickstart.py")
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+    import asr.quickstart as quickstart
+
     corpus, ckpt = trained
     tok = load_tokenizer(corpus / "tokenizer")
     texts = ["alpha bravo", "charlie delta echo"]
@@ -260,9 +255,8 @@ def test_hotwords_option_biases_the_beam_modes_and_is_recorded(trained, tmp_path
 
 def test_lead_in_probe_script_prints_a_row_per_level(trained, capsys):
     corpus, ckpt = trained
-    spec = importlib.util.spec_from_file_location("probe_lead_in_script", ROOT / "scripts" / "probe_lead_in.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    import asr.cli.probe_lead_in as probe
+
     assert probe.main(["--checkpoint", str(ckpt), "--cuts", str(corpus / "cuts_test.jsonl.gz"), "--max-utts", "3",
                        "--dbfs", "-70", "-50", "--seconds", "1", "--threads", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
