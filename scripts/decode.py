@@ -11,4 +11,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.cli.decode import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()  # returns the summary (for callers in Python); errors exit inside it

@@ -267,3 +267,17 @@ def test_lead_in_probe_script_prints_a_row_per_level(trained, capsys):
         assert cells[:2] == [level, "dBFS"] and len(cells) == 6 and all(c.endswith("%") for c in cells[2:])
     with pytest.raises(SystemExit):
         probe.main(["--checkpoint", str(ckpt), "--chunk-size", "0"])
+
+
+def test_the_script_exits_0_after_a_decode(trained, tmp_path):
+    """scripts/decode.py as a user runs it: main() returns the summary, which must not become the exit status."""
+    import os
+    import subprocess
+
+    corpus, ckpt = trained
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "decode.py"), "--checkpoint", str(ckpt),
+                           "--cuts", str(corpus / "cuts_test.jsonl.gz"), "--modes", "ctc_greedy",
+                           "--out-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert (tmp_path / "out" / "summary.json").is_file()
