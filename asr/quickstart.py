@@ -126,7 +126,7 @@ def run_step(cmd: list[str], what: str) -> None:
     code on failure. A ``python -m asr...`` step runs this checkout's package, whatever is installed."""
     print(f"\n=== {what}\n$ {' '.join(cmd)}", flush=True)
     path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
-    code = subprocess.call(cmd, cwd=CHECKOUT, env={**os.environ, "PYTHONPATH": path})
+    code = subprocess.call(cmd, cwd=CHECKOUT, env={**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1"})
     if code != 0:
         sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
 

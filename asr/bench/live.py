@@ -66,7 +66,9 @@ def server_env() -> dict[str, str]:
     """The environment for a ``python -m asr.cli.serve`` child: this checkout's package first, whatever an
     installed one would give it."""
     path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
+    # PYTHONSAFEPATH (Python >= 3.11): -m does not put the working folder first, where another checkout's
+    # asr/ may sit
+    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
 
 
 @dataclass(frozen=True)
