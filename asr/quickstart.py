@@ -12,12 +12,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from asr.cli import CHECKOUT, child_env
 from asr.lm import lm_path, word_lm_path
 from asr.synth.corpus import DEFAULT_PROFILE, corpus_profile
 from asr.train.config import repository_conf_dir
@@ -118,15 +118,13 @@ def reusable_summary(out_dir: Path, ckpt: Path, lms: tuple[Path, Path] | None = 
     return summary if summary["ckpt"] == str(ckpt) and lm_paths(summary) == wanted else None
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]  # the repository: the steps run from it, on its code
 
 
 def run_step(cmd: list[str], what: str) -> None:
     """Run one step from the repository root, streaming its output; stop the quickstart with the step's exit
     code on failure. A ``python -m asr...`` step runs this checkout's package, whatever is installed."""
     print(f"\n=== {what}\n$ {' '.join(cmd)}", flush=True)
-    path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
-    code = subprocess.call(cmd, cwd=CHECKOUT, env={**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1"})
+    code = subprocess.call(cmd, cwd=CHECKOUT, env=child_env())
     if code != 0:
         sys.exit(f"quickstart: step '{what}' failed with exit code {code}")
 

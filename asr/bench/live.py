@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import os
 import select
 import subprocess
 import sys
@@ -50,26 +49,14 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from asr.bench.live_sessions import (BACKGROUNDS, Timing, alone, check_backgrounds, load_sentences, plan_sessions,
                                      render, session_background)
 from asr.bench.live_score import Final, Heard, Word, score_alone, score_session, summarize
+from asr.cli import child_env
 from asr.data.features import SAMPLE_RATE
-
-CHECKOUT = Path(__file__).resolve().parents[2]  # holds asr/: the server runs this code
-
-
-def server_env() -> dict[str, str]:
-    """The environment for a ``python -m asr.cli.serve`` child: this checkout's package first, whatever an
-    installed one would give it."""
-    path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
-    # PYTHONSAFEPATH (Python >= 3.11): -m does not put the working folder first, where another checkout's
-    # asr/ may sit
-    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
-
 
 @dataclass(frozen=True)
 class LiveConfig:
@@ -104,7 +91,7 @@ def serve_process(checkpoint: str, server_args: tuple[str, ...], max_connections
     ``server_args`` come last, so they override the bench's own limits."""
     cmd = [sys.executable, "-m", "asr.cli.serve", "--checkpoint", checkpoint, "--host", "127.0.0.1", "--port", "0",
            "--max-connections", str(max_connections), "--max-backlog-s", f"{max_backlog_s:g}", *server_args]
-    env = server_env()
+    env = child_env()
     with tempfile.TemporaryFile("w+") as log:  # its log goes to a file: an unread pipe would stall it
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         try:

@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         reference = offline_texts(args, waves, model, tokenizer, features)
         final_text = lambda session: session.text  # noqa: E731
-        from asr.bench.live import server_env
+        from asr.cli import child_env
 
         server = subprocess.Popen(
             [sys.executable, "-m", "asr.cli.serve", "--checkpoint", args.checkpoint, "--port", "0",
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
              "--no-endpoint", "--vad", "none", "--threads", str(args.threads),
              "--backend", args.backend, *(["--onnx-model", args.onnx_model] if args.onnx_model else []),
              *lm_argv(args)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=server_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=child_env(),
         )
     try:
         if args.backend != "sherpa-onnx":

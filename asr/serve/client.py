@@ -18,6 +18,8 @@ from websockets.exceptions import ConnectionClosed
 
 from asr.serve.protocol import check_finite, float_to_pcm16
 
+NOTHING_RECOGNIZED = "(nothing recognized)"  # what a final with an empty sentence prints as
+
 
 @dataclass
 class Reply:
@@ -139,7 +141,7 @@ def print_reply(reply: Reply) -> None:
     elif reply.type == "final_result":
         for rank, path in enumerate(reply.nbest, 1):
             if not path["sentence"]:
-                print(f"  final {rank}: (nothing recognized)", flush=True)
+                print(f"  final {rank}: {NOTHING_RECOGNIZED}", flush=True)
                 continue
             words = " ".join(f"{w['word']}[{w['start'] / 1000:.2f}-{w['end'] / 1000:.2f}]" for w in path["word_pieces"])
             print(f"  final {rank}: {path['sentence']}\n    words: {words}", flush=True)

@@ -54,7 +54,7 @@ def write_test_files(folder: Path) -> list[tuple[str, Path, str, float]]:
     return files
 
 
-NOTHING = "(nothing recognized)"  # what client.py prints for an empty final (the stream's end after an endpoint)
+from asr.serve.client import NOTHING_RECOGNIZED  # noqa: E402  (an empty final: the stream's end after an endpoint)
 
 
 def client_texts(uri: str, paths: list[Path]) -> dict[str, str]:
@@ -70,7 +70,7 @@ def client_texts(uri: str, paths: list[Path]) -> dict[str, str]:
             current = match.group(1)
             texts[current] = []
         elif match := re.match(r"\s+final 1: (.*)$", line):
-            if match.group(1).strip() and match.group(1) != NOTHING:
+            if match.group(1).strip() and match.group(1) != NOTHING_RECOGNIZED:
                 texts[current].append(match.group(1).strip())
     return {key: " ".join(parts) for key, parts in texts.items()}
 
