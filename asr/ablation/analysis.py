@@ -29,7 +29,7 @@ from asr.ablation.stats import (
 )
 
 REFERENCE_SCHEME = "rel_xl"
-# Where scripts/ablate.py has the evaluation write its records, inside a run folder.
+# Where the ablation program (asr.cli.ablate) has the evaluation write its records, inside a run folder.
 EVAL_DIR = "eval"
 
 

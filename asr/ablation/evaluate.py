@@ -39,6 +39,7 @@ from asr.decode import ctc_greedy
 from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances, load_utterances
 from asr.synth.probes import PROBE_FILE, PROBE_LENGTHS, probe_target
 from asr.model.positions import TooLongForTable
+from asr.decode.options import DEFAULT_BEAM
 
 # Chunk sizes of the streaming trade-off with their left chunks: every setting keeps
 # 64 frames of memory, so the sweep varies latency (chunk x frame period), not context.
@@ -83,7 +84,7 @@ class EvalConfig:
     test_cuts: str = "cuts_test.jsonl.gz"
     probe_cuts: str = PROBE_FILE
     max_utts: int | None = None
-    beam: int = 10
+    beam: int = DEFAULT_BEAM
     batch_seconds: float = 120.0
     rtf_utts: int = 10
     translation_utts: int = 200

@@ -16,6 +16,7 @@ from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.long_audio import encode_batch
 from asr.decode.rescoring import attention_rescoring
 from asr.lm.fusion import Fusion
+from asr.decode.options import DEFAULT_BEAM, DEFAULT_CTC_WEIGHT
 
 MODES = ("ctc_greedy", "ctc_prefix_beam", "attention", "attention_rescoring")
 FUSED_MODES = ("ctc_prefix_beam", "attention_rescoring")
@@ -27,10 +28,10 @@ def decode_batch(
     feats: torch.Tensor,
     feat_lens: torch.Tensor,
     mode: str,
-    beam: int = 10,
+    beam: int = DEFAULT_BEAM,
     chunk_size: int = 0,
     left_chunks: int = -1,
-    ctc_weight: float = 0.5,
+    ctc_weight: float = DEFAULT_CTC_WEIGHT,
     reverse_weight: float = 0.0,
     fusion: Fusion | None = None,
     biasing: Biasing | Sequence[Biasing | None] | None = None,
@@ -79,8 +80,8 @@ def _per_utterance(biasing: Biasing | Sequence[Biasing | None] | None, batch: in
 
 @torch.no_grad()
 def search_encoded(
-    model, enc_out: torch.Tensor, enc_lens: torch.Tensor, mode: str, beam: int = 10, ctc_weight: float = 0.5,
-    reverse_weight: float = 0.0, fusion: Fusion | None = None,
+    model, enc_out: torch.Tensor, enc_lens: torch.Tensor, mode: str, beam: int = DEFAULT_BEAM,
+    ctc_weight: float = DEFAULT_CTC_WEIGHT, reverse_weight: float = 0.0, fusion: Fusion | None = None,
     biasing: Biasing | Sequence[Biasing | None] | None = None,
     hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
 ) -> list[list[int]]:

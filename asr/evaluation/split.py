@@ -37,6 +37,7 @@ from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
 from asr.evaluation.memory import format_bytes, plan_batch
 from asr.lm.fusion import Fusion
+from asr.decode.options import DEFAULT_BEAM, DEFAULT_CTC_WEIGHT
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,8 @@ def evaluate_utterances(
     modes: Sequence[str],
     chunk_size: int = 0,
     left_chunks: int = -1,
-    beam: int = 10,
-    ctc_weight: float = 0.5,
+    beam: int = DEFAULT_BEAM,
+    ctc_weight: float = DEFAULT_CTC_WEIGHT,
     reverse_weight: float = 0.0,
     batch_seconds: float = 100.0,
     progress: bool = False,

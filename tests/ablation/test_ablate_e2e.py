@@ -2,15 +2,13 @@
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from tiny_ablation import TINY_MODEL, make_corpus
 
 from asr.ablation.results import METRIC_KEYS, METRICS, read_marker
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import ablate  # noqa: E402
+from asr.cli import ablate
 
 
 def _rows(report: str) -> dict[str, list[str]]:

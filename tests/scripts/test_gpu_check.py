@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py without a GPU: its help, its plan (--dry-run), its refusal, one step's run."""
+"""The GPU check (asr.cli.gpu_check, scripts/gpu_check.py) without a GPU: its help, its plan (--dry-run), its refusal, one step's run."""
 
 import subprocess
 import sys
@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from asr.cli import gpu_check
 
-import gpu_check  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 STEPS = ["env", "suite", "attention", "quickstart", "throughput"]
 

@@ -24,14 +24,13 @@ from asr.train.checkpoint import (TOKENIZER_KEY, average_checkpoints, load_model
                                   write_averaged_checkpoint)
 from asr.train.checkpoint_file import PROBLEMS, CheckpointError, read_torch_file
 from asr.train.init_from import read_source
+from asr.cli import average_checkpoints as average_script
+from asr.cli import decode as decode_script
+from asr.cli import export as export_script
+from asr.cli import serve as serve_script
+from asr.cli import stream as stream_script
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import average_checkpoints as average_script  # noqa: E402
-import decode as decode_script  # noqa: E402
-import export as export_script  # noqa: E402
-import serve as serve_script  # noqa: E402
-import stream as stream_script  # noqa: E402
 
 KWARGS = dict(encoder_kwargs=dict(pos_enc="rel_xl", input_dim=80, d_model=16, num_heads=2, num_layers=1, ffn_dim=32,
                                   conv_kernel=3, causal=True),
