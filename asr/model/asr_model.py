@@ -146,17 +146,19 @@ class AsrModel(nn.Module):
         token_lens: torch.Tensor,
         chunk_size: int = 0,
         left_chunks: int = -1,
+        chunk_phase: int = 0,
     ) -> dict[str, torch.Tensor]:
         """Hybrid loss of a batch.
 
         Args:
             feats: (B, T, F) zero-padded features; feat_lens (B,).
             tokens: (B, U) padded with ignore_id; token_lens (B,).
+            chunk_size, left_chunks, chunk_phase: the encoder's attention chunking (``ConformerEncoder.forward``).
         Returns:
             dict with ``loss`` and ``loss_ctc`` always, ``loss_att`` when a decoder
             exists, ``loss_r2l`` when the right-to-left decoder exists (all scalars).
         """
-        enc_out, enc_lens = self.encode(feats, feat_lens, chunk_size, left_chunks)
+        enc_out, enc_lens = self.encode(feats, feat_lens, chunk_size, left_chunks, chunk_phase)
         out: dict[str, torch.Tensor] = {}
         out["loss_ctc"] = ctc_loss(self.ctc_log_probs(enc_out), enc_lens, tokens, token_lens, self.blank_id)
         if self.decoder is not None:
@@ -178,10 +180,11 @@ class AsrModel(nn.Module):
 
     # ------------------------------------------------------------------ decoding
     def encode(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1,
+        chunk_phase: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """feats (B, T, F), feat_lens (B,) -> enc_out (B, T', D), enc_lens (B,)."""
-        return self.encoder(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)
+        return self.encoder(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks, chunk_phase=chunk_phase)
 
     def ctc_log_probs(self, enc_out: torch.Tensor) -> torch.Tensor:
         """enc_out (B, T', D) -> (B, T', V) CTC log-probabilities (float32 at least)."""

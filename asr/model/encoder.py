@@ -172,7 +172,7 @@ class ConformerEncoder(nn.Module):
 
     def forward(
         self, feats: torch.Tensor, lengths: torch.Tensor, chunk_size: int = 0, left_chunks: int = -1,
-        start_time: int = 0,
+        start_time: int = 0, chunk_phase: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode a padded batch, full context or with a chunk mask.
 
@@ -183,6 +183,9 @@ class ConformerEncoder(nn.Module):
             left_chunks: chunks of left context, -1 = unlimited.
             start_time: absolute encoder time of the first frame (default 0): what a stream whose
                 clock starts there (``init_state(start_time=...)``) computes, chunk for chunk.
+            chunk_phase: shifts the chunk grid (training only): frame t is in chunk (t + phase) // C, so
+                the first chunk is C - phase frames long (``asr.model.masks``). A stream always starts a
+                chunk at its first frame (phase 0).
         Returns:
             out (B, T', D) and out_lens (B,) int64; frames past out_lens are padding.
         """
@@ -201,7 +204,7 @@ class ConformerEncoder(nn.Module):
         out_lens = self.output_length(lengths.long())  # (B,)
         x = self.dropout(self.scheme.embed_input(x, start_time))
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
-        mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks)
+        mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks, chunk_phase)
         if not use_blocked(x.size(0), self.num_heads, x.size(1), x.size(1), torch.is_grad_enabled()):
             # Every layer's scorer takes the explicit path and would build the dense mask itself: build it
             # once. It also keeps the ChunkMask's ints out of compiled blocks, whose guards would otherwise

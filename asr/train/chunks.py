@@ -19,7 +19,9 @@ class DynamicChunkSampler:
     With probability ``p_full`` the batch trains full-context: ``(0, -1)``. Otherwise
     ``chunk_size`` is uniform in ``[1, max_chunk]`` encoder frames and ``left_chunks``
     is -1 (unlimited) with probability ``p_unlimited_left``, else uniform in
-    ``[0, max_left]``.
+    ``[0, max_left]``. With ``random_phase`` the chunk grid of a chunked batch also shifts by a
+    uniform phase in ``[0, chunk_size)`` (:meth:`phase`), so utterance onsets fall anywhere within
+    a chunk as a live stream's do; without it no draw is spent on the phase.
     """
 
     def __init__(
@@ -29,6 +31,7 @@ class DynamicChunkSampler:
         max_left: int = 8,
         p_unlimited_left: float = 0.5,
         seed: int = 0,
+        random_phase: bool = False,
     ) -> None:
         for name, p in (("p_full", p_full), ("p_unlimited_left", p_unlimited_left)):
             if not 0.0 <= p <= 1.0:
@@ -41,6 +44,7 @@ class DynamicChunkSampler:
         self.max_chunk = max_chunk
         self.max_left = max_left
         self.p_unlimited_left = p_unlimited_left
+        self.random_phase = random_phase
         self.generator = torch.Generator().manual_seed(seed)
 
     def _uniform(self) -> float:
@@ -60,6 +64,13 @@ class DynamicChunkSampler:
         if u_full < self.p_full:
             return 0, -1
         return chunk, (-1 if u_left < self.p_unlimited_left else left)
+
+    def phase(self, chunk_size: int) -> int:
+        """The grid's phase for a batch drawn with ``chunk_size``: uniform in [0, chunk_size) with
+        ``random_phase``, else 0 (and 0 for full context, which has no grid)."""
+        if not self.random_phase or chunk_size <= 1:
+            return 0
+        return self._int(0, chunk_size - 1)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}

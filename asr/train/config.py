@@ -41,6 +41,7 @@ class StreamingConfig:
     max_chunk: int = 25
     max_left: int = 8
     p_unlimited_left: float = 0.5
+    random_phase: bool = False
     val_chunk_size: int = 16
     val_left_chunks: int = -1
 

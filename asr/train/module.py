@@ -85,7 +85,8 @@ class AsrLightningModule(pl.LightningModule):
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler
         self.chunks = DynamicChunkSampler(
-            streaming.p_full, streaming.max_chunk, streaming.max_left, streaming.p_unlimited_left, seed
+            streaming.p_full, streaming.max_chunk, streaming.max_left, streaming.p_unlimited_left, seed,
+            streaming.random_phase,
         )
         self.val_settings = {"val_wer": (0, -1)}
         if streaming.val_chunk_size > 0:
@@ -116,6 +117,7 @@ class AsrLightningModule(pl.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         chunk_size, left_chunks = self.chunks.sample()
+        chunk_phase = self.chunks.phase(chunk_size)
         if batch.feats.shape[0] == 0:
             # Under DDP the data module yields an empty batch (every cut unreadable)
             # rather than desynchronising the ranks; keep the flag all-reduce in step too.
@@ -124,7 +126,7 @@ class AsrLightningModule(pl.LightningModule):
             return self._zero_loss_on_every_parameter()
         out = self.model(
             batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
-            chunk_size=chunk_size, left_chunks=left_chunks,
+            chunk_size=chunk_size, left_chunks=left_chunks, chunk_phase=chunk_phase,
         )
         loss = out["loss"]
         if (self.global_rank, self.global_step) == self.debug_nan:

@@ -69,7 +69,8 @@ def masks(c, kk):
     if c == kk:
         lengths = torch.tensor([kk, kk - 5])
         cases |= {"chunk_full": ChunkMask(lengths, kk), "chunk2_left1": ChunkMask(lengths, kk, 2, 1),
-                  "chunk3_all_left": ChunkMask(lengths, kk, 3, -1), "chunk4_left0": ChunkMask(lengths, kk, 4, 0)}
+                  "chunk3_all_left": ChunkMask(lengths, kk, 3, -1), "chunk4_left0": ChunkMask(lengths, kk, 4, 0),
+                  "chunk4_left1_phase3": ChunkMask(lengths, kk, 4, 1, 3)}
     return cases
 
 
@@ -161,8 +162,8 @@ def test_attention_dropout_in_blocks_replays_its_masks_in_backward(force_blocked
 
 
 @pytest.mark.parametrize("name", SCHEMES)
-@pytest.mark.parametrize("chunk, left", [(0, -1), (3, 1), (4, -1)])
-def test_encoder_forward_in_blocks_equals_the_explicit_forward(monkeypatch, name, chunk, left):
+@pytest.mark.parametrize("chunk, left, phase", [(0, -1, 0), (3, 1, 0), (4, -1, 0), (4, 1, 2)])
+def test_encoder_forward_in_blocks_equals_the_explicit_forward(monkeypatch, name, chunk, left, phase):
     """The whole encoder (ChunkMask from the encoder, padding rows, several layers), float64."""
     from asr.model import build_encoder
 
@@ -172,9 +173,9 @@ def test_encoder_forward_in_blocks_equals_the_explicit_forward(monkeypatch, name
                         conv_kernel=3, **{k: v for k, v in SCHEMES[name].items()}).double().eval()
     feats = torch.randn(2, 130, 12, dtype=torch.float64)
     lens = torch.tensor([130, 91])
-    explicit_out, n = enc(feats, lens, chunk, left)
+    explicit_out, n = enc(feats, lens, chunk, left, chunk_phase=phase)
     with blocked.forced():
-        blocked_out, n2 = enc(feats, lens, chunk, left)
+        blocked_out, n2 = enc(feats, lens, chunk, left, chunk_phase=phase)
     assert torch.equal(n, n2)
     for b, length in enumerate(n.tolist()):
         torch.testing.assert_close(blocked_out[b, :length], explicit_out[b, :length], rtol=1e-10, atol=1e-10)

@@ -6,10 +6,10 @@ import torch
 from asr.model.masks import attention_mask, chunk_mask, padding_mask
 
 
-def _visible(i: int, j: int, chunk_size: int, left_chunks: int) -> bool:
+def _visible(i: int, j: int, chunk_size: int, left_chunks: int, phase: int = 0) -> bool:
     if chunk_size == 0:
         return True
-    ci, cj = i // chunk_size, j // chunk_size
+    ci, cj = (i + phase) // chunk_size, (j + phase) // chunk_size
     return cj <= ci and (left_chunks < 0 or cj >= ci - left_chunks)
 
 
@@ -23,6 +23,28 @@ def test_chunk_mask_matches_rule(size, chunk_size, left_chunks):
         [[_visible(i, j, chunk_size, left_chunks) for j in range(size)] for i in range(size)], dtype=torch.bool
     ).view(size, size)
     assert torch.equal(mask, expected)
+
+
+@pytest.mark.parametrize("chunk_size,left_chunks", [(3, -1), (4, 1), (5, 0)])
+def test_a_shifted_grid_matches_the_rule_for_every_phase(chunk_size, left_chunks):
+    for phase in range(chunk_size):
+        expected = torch.tensor([[_visible(i, j, chunk_size, left_chunks, phase) for j in range(13)]
+                                 for i in range(13)], dtype=torch.bool)
+        assert torch.equal(chunk_mask(13, chunk_size, left_chunks, phase=phase), expected)
+
+
+def test_a_shifted_grid_starts_with_a_short_chunk():
+    # chunk 4, phase 3: chunks are [0], [1..4], [5..8]: frame 0 sees only itself, frame 1 sees 0 and 1..4 no
+    mask = chunk_mask(9, 4, -1, phase=3)
+    assert mask[0].tolist() == [True] + [False] * 8
+    assert mask[1].tolist() == [True] * 5 + [False] * 4
+    assert mask[5].tolist() == [True] * 9
+
+
+@pytest.mark.parametrize("chunk_size,phase", [(4, 4), (4, -1), (0, 1)])
+def test_a_phase_outside_the_chunk_raises(chunk_size, phase):
+    with pytest.raises(ValueError, match="phase"):
+        chunk_mask(5, chunk_size, -1, phase=phase)
 
 
 def test_chunk_mask_example():
@@ -60,14 +82,15 @@ def test_bad_chunk_args_raise(chunk_size, left_chunks):
         chunk_mask(5, chunk_size, left_chunks)
 
 
-@pytest.mark.parametrize("chunk, left", [(0, -1), (1, 0), (3, 1), (4, -1), (5, 2)])
-def test_chunk_mask_blocks_and_key_spans_agree_with_the_dense_mask(chunk, left):
+@pytest.mark.parametrize("chunk, left, phase", [(0, -1, 0), (1, 0, 0), (3, 1, 0), (4, -1, 0), (5, 2, 0),
+                                                (3, 1, 2), (4, -1, 1), (5, 2, 3), (5, 0, 4)])
+def test_chunk_mask_blocks_and_key_spans_agree_with_the_dense_mask(chunk, left, phase):
     from asr.model.masks import ChunkMask
 
     lengths = torch.tensor([23, 17, 0])
-    mask = ChunkMask(lengths, 23, chunk, left)
+    mask = ChunkMask(lengths, 23, chunk, left, phase)
     dense = mask.dense()
-    assert torch.equal(dense, attention_mask(lengths, 23, chunk, left))
+    assert torch.equal(dense, attention_mask(lengths, 23, chunk, left, phase))
     full = dense.expand(3, 23, 23)
     for q0, q1 in [(0, 1), (0, 5), (4, 11), (10, 23), (22, 23)]:
         lo, hi = mask.key_span(q0, q1)

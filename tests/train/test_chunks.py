@@ -42,3 +42,22 @@ def test_state_dict_resumes_the_sequence():
 def test_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
         DynamicChunkSampler(**kwargs)
+
+
+def test_random_phase_spans_the_chunk_and_costs_no_draw_when_off():
+    on = DynamicChunkSampler(seed=5, random_phase=True)
+    phases = {}
+    for _ in range(400):
+        chunk, _ = on.sample()
+        phase = on.phase(chunk)
+        assert 0 <= phase < max(chunk, 1) and (chunk > 0 or phase == 0)
+        phases.setdefault(chunk, set()).add(phase)
+    assert phases[25] and len(set().union(*(p for c, p in phases.items() if c >= 4))) > 10
+    # off: the phase is 0 and the chunk sequence is the one a sampler without phases draws
+    off, plain = DynamicChunkSampler(seed=5), DynamicChunkSampler(seed=5)
+    drawn = []
+    for _ in range(50):
+        chunk, left = off.sample()
+        assert off.phase(chunk) == 0
+        drawn.append((chunk, left))
+    assert drawn == [plain.sample() for _ in range(50)]
