@@ -251,3 +251,19 @@ def _measure(key: str, errors: dict[str, str], fn, split_error: str | None = Non
     except Exception as err:  # noqa: BLE001  (one broken measurement costs its column only)
         errors[key] = last_line(err)
         return None
+
+
+def dev_records(ckpt: Path, data_dir: str, dev_cuts: str = "cuts_dev.jsonl.gz", max_utts: int | None = None,
+                batch_seconds: float = 120.0) -> list[dict]:
+    """Per-utterance CTC greedy records (full context) of a checkpoint on the dev split: what the adaptive
+    budget's decisions read (``asr.ablation.adaptive``). Rows: ``key``, ``word_errors``, ``ref_words``, ..."""
+    from asr.data.features import FeatureConfig
+    from asr.train.checkpoint import load_model
+
+    model, tokenizer, train_cfg = load_model(ckpt)
+    model.eval()
+    loaded = load_utterances(Path(data_dir) / dev_cuts, data_dir, max_utts, FeatureConfig.from_dict(train_cfg.features))
+    if not loaded.utterances:
+        raise ValueError(f"no usable utterances in {Path(data_dir) / dev_cuts} (skipped: {dict(loaded.skipped)})")
+    result = evaluate_utterances(model, tokenizer, loaded, ["ctc_greedy"], 0, -1, batch_seconds=batch_seconds)
+    return result.modes["ctc_greedy"].records

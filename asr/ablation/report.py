@@ -197,6 +197,7 @@ def render_report(
     plots: Sequence[str] = (),
     title: str = "Ablation of position encoding schemes",
     analysis: Analysis | None = None,
+    budget_lines: Sequence[str] = (),
 ) -> str:
     """The full ``report.md`` text: findings, tables with intervals, settings, notes and plots."""
     if analysis is None:
@@ -235,6 +236,7 @@ def render_report(
         *translation_section(analysis, results, schemes, TRANSLATION_METRICS, (SHIFT_CHUNK, SHIFT_LEFT),
                              _translation_utts(analysis)),
         *rel_shift_section(analysis, rel_shift_rows(frame_ms)),
+        *budget_section(budget_lines),
         "## Runs", "", markdown_table(results), "",
         "Step time is the mean training step (forward, backward, optimizer; data loading and validation "
         "excluded); Steps are those behind the evaluated checkpoint; peak RSS covers the training process and "
@@ -256,22 +258,36 @@ def render_report(
     return "\n".join(parts)
 
 
+def budget_section(lines: Sequence[str]) -> list[str]:
+    """The adaptive budget's rungs: every scheme's decision after each rung, with its reason."""
+    if not lines:
+        return []
+    return ["## Budget", "",
+            "Rungs of the adaptive budget (asr/ablation/adaptive.py): after each rung every scheme still "
+            "training is judged on the dev split (CTC greedy, full context) against the best: *stopped* when "
+            "its paired interval lies further above the best's than its plateau slope could close in the steps "
+            "left, *finished* when it converged or reached the largest budget, *continue* otherwise.", "",
+            *(f"- {line}" for line in lines), ""]
+
+
 def write_report(
     out_dir: Path,
     results: Sequence[SchemeResult],
     settings: dict[str, Any],
     plots: Sequence[str] = (),
     analysis: Analysis | None = None,
+    budget_lines: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write ``out_dir/report.md`` and ``out_dir/results.json``; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report_path = out_dir / "report.md"
-    report_path.write_text(render_report(results, settings, plots, analysis=analysis))
+    report_path.write_text(render_report(results, settings, plots, analysis=analysis, budget_lines=budget_lines))
     json_path = out_dir / "results.json"
     payload = {
         "settings": settings,
         "metrics": [{"key": m.key, "header": m.header} for m in METRICS],
         "schemes": [r.to_json() for r in results],
+        "budget": list(budget_lines),
     }
     json_path.write_text(json.dumps(payload, indent=2, default=str))
     return report_path, json_path

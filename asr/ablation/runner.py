@@ -8,6 +8,7 @@ row and the next scheme still runs. After every scheme the report, plots and
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -16,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, dev_records_path, mark_trained, plan_rungs,
+                                   read_jsonl, read_trained)
 from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
@@ -31,6 +34,8 @@ from asr.ablation.results import (
 from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training
 from asr.model.positions import POSITION_SCHEMES
 
+# The adaptive budget's decisions, one line each (the report's Budget section; --report-only reads them).
+BUDGET_FILE = "budget.json"
 # The encoder's position schemes, in report order (the model validates names in one place).
 ALL_SCHEMES: tuple[str, ...] = POSITION_SCHEMES
 
@@ -90,14 +95,15 @@ class AblationSettings:
         ]
 
     def job(self, scheme: str, resume_from: Path | None, seed: int | None = None,
-            run_dir: Path | None = None) -> TrainJob:
+            run_dir: Path | None = None, steps: int | None = None) -> TrainJob:
+        """One training run's job; ``steps`` replaces the step budget (a rung of the adaptive budget)."""
         timeout = None if self.train_timeout_minutes is None else 60.0 * self.train_timeout_minutes
         return TrainJob(
             scheme=scheme,
             run_dir=run_dir if run_dir is not None else self.out_dir / scheme,
             data_dir=self.data_dir,
             seed=self.seed if seed is None else seed,
-            budget_steps=self.budget_steps,
+            budget_steps=self.budget_steps if steps is None else steps,
             budget_minutes=self.budget_minutes,
             val_every_steps=self.val_every_steps,
             extra_overrides=tuple(self.extra_overrides),
@@ -152,6 +158,8 @@ class AblationRunner:
         self.step_stats_fn = step_stats_fn
         self.train_fn = train_fn
         self.log = log
+        # The adaptive budget's rungs, one line per decision, for the report (empty: a fixed budget).
+        self.budget_lines: list[str] = []
 
     def run(self) -> list[SchemeResult]:
         """Every scheme in order; returns their results (the report is on disk)."""
@@ -170,6 +178,9 @@ class AblationRunner:
 
     def report_only(self) -> list[SchemeResult]:
         """Rewrite the report from the finished schemes' markers (curves re-read); trains nothing."""
+        budget = self.settings.out_dir / BUDGET_FILE
+        if budget.is_file():
+            self.budget_lines = list(json.loads(budget.read_text())["rungs"])
         results = []
         for scheme, seed, run_dir in self.settings.runs():
             result = read_marker(run_dir)
@@ -218,8 +229,65 @@ class AblationRunner:
         self.log(f"[ablate] {run_dir.name}: {state} ({_fmt_duration(result.wall_s)})")
         return result
 
-    def _train(self, scheme: str, run_dir: Path, seed: int) -> SchemeResult | TrainOutcome:
-        """Run the training phase; returns its outcome, or a failed result."""
+    def run_adaptive(self, budget: AdaptiveBudget, dev_records: DevRecordsFn) -> list[SchemeResult]:
+        """Every scheme in rungs (``asr.ablation.adaptive``), then each run's test evaluation; returns
+        the results (the report, with every rung's decisions, is on disk)."""
+        start = time.monotonic()
+        runs = self.settings.runs()
+        budget.check_runs(len(runs), self.settings.val_every_steps)
+        seed_of = {run_dir: seed for _, seed, run_dir in runs}
+        runs_of = {scheme: [r for s, _, r in runs if s == scheme] for scheme in self.settings.schemes}
+
+        def train_to(scheme: str, run_dir: Path, steps: int) -> bool:
+            if read_trained(run_dir)["steps"] >= steps:
+                return True
+            outcome = self._train(scheme, run_dir, seed_of[run_dir], steps)
+            if isinstance(outcome, SchemeResult):
+                write_marker(run_dir, outcome)
+                return False
+            mark_trained(run_dir, steps, outcome.wall_s, outcome.peak_rss_mb)
+            return True
+
+        def measure(scheme: str, run_dir: Path, steps: int) -> list[dict] | None:
+            path = dev_records_path(run_dir, steps)
+            if path.is_file():
+                return read_jsonl(path)
+            ckpt = find_checkpoint(run_dir)
+            self.log(f"[ablate] {run_dir.name}: dev at {steps} steps")
+            try:
+                rows = dev_records(run_dir, ckpt)
+            except Exception as err:  # noqa: BLE001  (a failed measurement fails this scheme only)
+                self.log(f"[ablate] {run_dir.name}: dev measurement error: {type(err).__name__}: {err}")
+                return None
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            return rows
+
+        rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
+                                   self.settings.val_every_steps or 1, self.log)
+        self.budget_lines = [line for rung in rungs for line in rung.lines()]
+        (self.settings.out_dir / BUDGET_FILE).write_text(json.dumps({"rungs": self.budget_lines}, indent=1))
+        results: list[SchemeResult] = []
+        for scheme, seed, run_dir in runs:
+            previous = read_marker(run_dir)
+            if previous is not None and (previous.ok or scheme in failed):
+                results.append(previous)
+                continue
+            trained = read_trained(run_dir)
+            outcome = TrainOutcome(0, trained["wall_s"], trained["peak_rss_mb"], run_dir / "train.log")
+            result = self._evaluate(scheme, run_dir, outcome)
+            result.wall_s, result.run_dir, result.seed = trained["wall_s"], str(run_dir), seed
+            result.settings = {**self.settings.training_settings(seed), "budget_steps": trained["steps"]}
+            write_marker(run_dir, result)
+            results.append(result)
+            self.write_outputs(results, time.monotonic() - start)
+        report, plots = self.write_outputs(results, time.monotonic() - start)
+        self.log(f"[ablate] finished {sum(r.ok for r in results)}/{len(results)} runs in "
+                 f"{_fmt_duration(time.monotonic() - start)}; report: {report}")
+        return results
+
+    def _train(self, scheme: str, run_dir: Path, seed: int, steps: int | None = None) -> SchemeResult | TrainOutcome:
+        """Run the training phase (to ``steps``, or the settings' budget); returns its outcome, or a failed
+        result."""
         resume = find_checkpoint(run_dir)
         if resume is None and run_dir.exists():
             # A run that died before its first checkpoint: its step times and logs would
@@ -227,7 +295,7 @@ class AblationRunner:
             stale = run_dir.with_name(f"{run_dir.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
             run_dir.rename(stale)
             self.log(f"[ablate] {run_dir.name}: no last.ckpt; moved the earlier attempt to {stale}")
-        job = self.settings.job(scheme, resume, seed, run_dir)
+        job = self.settings.job(scheme, resume, seed, run_dir, steps)
         phase = "resume" if resume is not None else "train"
         budget = " + ".join(
             b
@@ -293,7 +361,7 @@ class AblationRunner:
         pending = [run_dir.name for _, _, run_dir in self.settings.runs() if run_dir.name not in done]
         if pending:
             settings["pending"] = ",".join(pending)
-        report, _ = write_report(out, results, settings, [str(p) for p in plots], analysis)
+        report, _ = write_report(out, results, settings, [str(p) for p in plots], analysis, self.budget_lines)
         return report, plots
 
 

@@ -1,12 +1,20 @@
 """Ablation of the encoder's position schemes: train each on the same data and budget, report.
 
 Usage (from the repository root):
-    python scripts/ablate.py                                          # all 8 schemes, 2250 steps each, rel_xl and wenet_rel x 2 seeds
+    python scripts/ablate.py                                          # all 8 schemes, adaptive budget, rel_xl and wenet_rel x 2 seeds
+    python scripts/ablate.py --budget-steps 2250                      # a fixed budget: 2250 steps each (cosine to the last)
     python scripts/ablate.py --schemes rel_xl,abs_sin --budget-steps 20 --seeds-for none   # two-scheme smoke, minutes
     python scripts/ablate.py --schemes rel_xl,abs_sin --seeds 3 --out runs/ablation_seeds  # seed spread
     python scripts/ablate.py --seeds-for rel_xl=3,wenet_rel=3,shaw=2  # more seeds for some schemes
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
+
+The adaptive budget (the default) trains in rungs (asr/ablation/adaptive.py): every run to
+--first-steps, then a decision per scheme on the dev split: stopped when its paired interval to the best
+scheme lies further above it than its plateau slope could still close, finished when it converged or
+reached --max-steps, else it goes on to a rung of twice the steps, sharing what is left of --total-steps.
+The report's Budget section gives every decision and its reason. The schedule is an inverse square root
+(a longer rung extends a run without changing its first steps).
 
 Each scheme trains in its own subprocess (python -m asr.train with pos_enc=<scheme>,
 hydra.run.dir=<out>/<scheme>), then its last checkpoint is evaluated: WER on the
@@ -43,22 +51,25 @@ import threading
 import time
 from pathlib import Path
 
-from asr.ablation.evaluate import EvalConfig, evaluate_checkpoint
+from asr.ablation.adaptive import AdaptiveBudget
+from asr.ablation.evaluate import EvalConfig, dev_records, evaluate_checkpoint
 from asr.ablation.runner import ALL_SCHEMES, AblationRunner, AblationSettings
 from asr.ablation.step_timer import read_step_stats
 from asr.ablation.training import exit_on_sigterm
 from asr.decode.options import add_search_arguments
 
-# The default budget is the same number of optimizer steps for every scheme, with a
-# wall-clock cap (Lightning max_time) as a guard on a slower machine. 2250 steps of the
-# quickstart recipe (60 s batches) with the cosine ending at the last step rather than
-# fewer steps and more seeds at equal wall time: at fewer steps the seed, not the scheme,
-# decides most differences (data/results/ablation.md, "Steps or seeds"). A run of `rel_xl`
-# takes about 13 min (training and evaluation) on an idle 2-core host; the cap only acts on a
-# slower host, and the Steps column shows who was cut short.
-DEFAULT_BUDGET_STEPS = 2250
-DEFAULT_BUDGET_MINUTES = 20.0
+# Validation interval of a time budget (a step budget validates VALIDATIONS_PER_BUDGET times).
 DEFAULT_VAL_EVERY = 360
+# The adaptive budget (the default when no fixed budget is given; asr/ablation/adaptive.py): a first
+# rung of a third of the quickstart's steps for every run, rungs that double, at most 6080 steps
+# (4/3 of the quickstart's), and all runs together at most 40000 steps (about four hours of training
+# on 2 idle cores, in sittings: a rerun resumes). Eight validations in the first rung, so the plateau
+# slope has points to fit; the schedule is an inverse square root, which a longer rung extends
+# without changing the steps already taken.
+ADAPTIVE_FIRST_STEPS = 1520
+ADAPTIVE_MAX_STEPS = 6080
+ADAPTIVE_TOTAL_STEPS = 40000
+ADAPTIVE_VALIDATIONS_PER_RUNG = 8
 # Validations in a step budget: the report's convergence criterion fits the last half of
 # each curve, and six or seven points there give a one-seed slope interval t = 2.6-2.8
 # (five validations left three, t = 12.7, too wide to call any scheme converged).
@@ -76,10 +87,13 @@ WARMUP_FOR_TIME_BUDGET = 180
 DEFAULT_OVERRIDES = ("trainer.limit_val_batches=4",)
 
 
-def ablation_overrides(budget_steps: int | None, user_overrides: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """Training overrides for every scheme: the ablation's own first, the user's after (they win)."""
+def ablation_overrides(budget_steps: int | None, user_overrides: tuple[str, ...] | list[str],
+                       adaptive: bool = False) -> tuple[str, ...]:
+    """Training overrides for every scheme: the ablation's own first, the user's after (they win).
+    ``adaptive``: ``budget_steps`` is the first rung, and the schedule must not depend on the budget."""
     warmup = max(1, round(WARMUP_FRACTION * budget_steps)) if budget_steps else WARMUP_FOR_TIME_BUDGET
-    return (f"optim.scheduler.warmup_steps={warmup}", *DEFAULT_OVERRIDES, *user_overrides)
+    schedule = ("optim.scheduler.kind=noam",) if adaptive else ()
+    return (f"optim.scheduler.warmup_steps={warmup}", *schedule, *DEFAULT_OVERRIDES, *user_overrides)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,16 +104,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--schemes", default=",".join(ALL_SCHEMES),
                         help=f"comma-separated position schemes (default: all: {','.join(ALL_SCHEMES)})")
     parser.add_argument("--budget-steps", type=int, default=None,
-                        help="optimizer steps per scheme (same steps for every scheme); with "
-                             "--budget-minutes too, whichever comes first")
+                        help="a fixed budget instead of the adaptive one: optimizer steps per scheme (the "
+                             "same for every scheme, cosine schedule to the last); with --budget-minutes too, "
+                             "whichever comes first")
     parser.add_argument("--budget-minutes", type=float, default=None,
-                        help=f"wall-clock training minutes per scheme, Lightning max_time (default: "
-                             f"{DEFAULT_BUDGET_STEPS} steps capped at {DEFAULT_BUDGET_MINUTES:g} min when "
-                             "no budget is given)")
+                        help="a fixed budget instead of the adaptive one: wall-clock training minutes per scheme "
+                             "(Lightning max_time)")
+    parser.add_argument("--first-steps", type=int, default=ADAPTIVE_FIRST_STEPS,
+                        help=f"adaptive budget (the default without --budget-steps/--budget-minutes): every run's "
+                             f"first rung (default {ADAPTIVE_FIRST_STEPS})")
+    parser.add_argument("--max-steps", type=int, default=ADAPTIVE_MAX_STEPS,
+                        help=f"adaptive budget: the most steps a run gets (default {ADAPTIVE_MAX_STEPS})")
+    parser.add_argument("--total-steps", type=int, default=ADAPTIVE_TOTAL_STEPS,
+                        help=f"adaptive budget: the steps of all runs together (default {ADAPTIVE_TOTAL_STEPS})")
+    parser.add_argument("--dev-utts", type=int, default=0,
+                        help="adaptive budget: dev utterances its decisions decode (default 0 = all)")
     parser.add_argument("--val-every", type=int, default=None,
-                        help=f"validate every N steps for the learning curves (default: budget-steps/"
-                             f"{VALIDATIONS_PER_BUDGET}, "
-                             f"or {DEFAULT_VAL_EVERY} for a time budget)")
+                        help=f"validate every N steps for the learning curves (default: first-steps/"
+                             f"{ADAPTIVE_VALIDATIONS_PER_RUNG} for the adaptive budget, budget-steps/"
+                             f"{VALIDATIONS_PER_BUDGET}, or {DEFAULT_VAL_EVERY} for a time budget)")
     parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
     parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
     parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
@@ -126,8 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         parser.error(f"extra arguments must be Hydra overrides key=value, got {bad}")
-    if args.budget_steps is None and args.budget_minutes is None:
-        args.budget_steps, args.budget_minutes = DEFAULT_BUDGET_STEPS, DEFAULT_BUDGET_MINUTES
+    args.adaptive = args.budget_steps is None and args.budget_minutes is None
+    if args.adaptive and args.val_every is None:
+        args.val_every = max(1, args.first_steps // ADAPTIVE_VALIDATIONS_PER_RUNG)
     if args.val_every is None:
         args.val_every = (max(1, args.budget_steps // VALIDATIONS_PER_BUDGET) if args.budget_steps is not None
                           else DEFAULT_VAL_EVERY)
@@ -170,9 +194,11 @@ def _run(args: argparse.Namespace) -> int:
             out_dir=Path(args.out), data_dir=args.data_dir, schemes=schemes, seed=args.seed, seeds=args.seeds,
             scheme_seeds=args.scheme_seeds,
             budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
-            extra_overrides=ablation_overrides(args.budget_steps, args.overrides),
+            extra_overrides=ablation_overrides(args.first_steps if args.adaptive else args.budget_steps,
+                                               args.overrides, args.adaptive),
             train_timeout_minutes=args.train_timeout_minutes,
         )
+        budget = AdaptiveBudget(args.first_steps, args.max_steps, args.total_steps) if args.adaptive else None
         eval_cfg = EvalConfig(
             data_dir=args.data_dir, max_utts=args.max_utts or None,
             beam=args.beam, rtf_utts=args.rtf_utts, translation_utts=args.translation_utts,
@@ -188,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         from asr.train.run import ensure_run_cmvn
 
         # the recipe's fbank preset may read stats prepare_data.py does not write (cmvn_sherpa.json)
-        ensure_run_cmvn(args.data_dir, ablation_overrides(args.budget_steps, args.overrides))
+        ensure_run_cmvn(args.data_dir, settings.extra_overrides)
     if not args.report_only and not (Path(args.data_dir) / eval_cfg.probe_cuts).is_file():
         from asr.synth.probes import build_probe_set
 
@@ -208,7 +234,17 @@ def _run(args: argparse.Namespace) -> int:
         settings.code_root = freeze_code(settings.out_dir)
     start = time.monotonic()
     print(f"[ablate] {len(schemes)} scheme(s), {len(settings.runs())} run(s): {','.join(schemes)} -> {settings.out_dir}")
-    results = runner.run()
+    if budget is None:
+        results = runner.run()
+    else:
+        def dev(run_dir: Path, ckpt: Path) -> list[dict]:
+            return dev_records(ckpt, args.data_dir, max_utts=args.dev_utts or None)
+
+        try:
+            results = runner.run_adaptive(budget, dev)
+        except ValueError as err:  # a budget that cannot hold a rung for every run
+            print(f"ablate: {err}", file=sys.stderr)
+            return 2
     print(f"[ablate] total {time.monotonic() - start:.0f} s")
     return 0 if all(r.ok for r in results) else 1
 

@@ -67,11 +67,17 @@ def test_rerun_skips_finished_schemes(ablation, capsys) -> None:
     assert read_marker(out / "rel_xl") == before
 
 
-def test_arguments_default_to_a_capped_step_budget_and_reject_stray_words(capsys) -> None:
+def test_arguments_default_to_the_adaptive_budget_and_reject_stray_words(capsys) -> None:
     args = ablate.parse_args([])
-    assert args.budget_minutes == ablate.DEFAULT_BUDGET_MINUTES and args.budget_steps == ablate.DEFAULT_BUDGET_STEPS
-    assert args.train_timeout_minutes == 2 * ablate.DEFAULT_BUDGET_MINUTES + 5
-    assert ablate.parse_args(["--budget-minutes", "30"]).budget_steps is None
+    assert args.adaptive and args.budget_minutes is None and args.budget_steps is None
+    assert (args.first_steps, args.max_steps, args.total_steps) == (
+        ablate.ADAPTIVE_FIRST_STEPS, ablate.ADAPTIVE_MAX_STEPS, ablate.ADAPTIVE_TOTAL_STEPS)
+    assert args.first_steps % args.val_every == 0 and args.first_steps // args.val_every == 8
+    assert "optim.scheduler.kind=noam" in ablate.ablation_overrides(args.first_steps, [], adaptive=True)
+    assert args.train_timeout_minutes is None
+    timed = ablate.parse_args(["--budget-minutes", "30"])
+    assert not timed.adaptive and timed.budget_steps is None and timed.train_timeout_minutes == 65
+    assert not ablate.parse_args(["--budget-steps", "60"]).adaptive
     assert args.no_freeze is False and ablate.parse_args(["--no-freeze"]).no_freeze is True  # frozen by default
     assert args.schemes.split(",") == ["rel_xl", "wenet_rel", "shaw", "abs_sin", "abs_learned", "rel_bias", "rope",
                                        "none"]
@@ -96,3 +102,28 @@ def test_warmup_is_a_tenth_of_the_step_budget_and_user_overrides_win() -> None:
     # Hydra applies overrides in order, so the user's come last to win over the ablation's.
     overrides = ablate.ablation_overrides(1800, ["optim.scheduler.warmup_steps=7"])
     assert overrides[-1] == "optim.scheduler.warmup_steps=7" and "trainer.limit_val_batches=4" in overrides
+
+
+def test_the_adaptive_budget_end_to_end_trains_in_rungs_and_reports_them(tmp_path_factory) -> None:
+    """Real training runs, resumed from rung to rung, the dev decode behind each decision, the report."""
+    corpus = make_corpus(tmp_path_factory.mktemp("corpus"))
+    out = tmp_path_factory.mktemp("adaptive")
+    argv = ["--schemes", "rel_xl,abs_sin", "--first-steps", "4", "--max-steps", "8", "--total-steps", "16",
+            "--val-every", "2", "--out", str(out), "--data-dir", str(corpus), "--rtf-utts", "2", "--beam", "2",
+            "--seeds-for", "none", "--no-freeze", *TINY_MODEL]
+    code = ablate.main(argv)
+    report = (out / "report.md").read_text()
+    assert code == 0, report
+    budget = report.split("## Budget")[1].split("\n## ")[0]
+    assert "rung 1, `rel_xl` at 4 steps" in budget and "rung 1, `abs_sin` at 4 steps" in budget
+    for run in ("rel_xl", "abs_sin"):
+        assert (out / run / "rungs" / "dev_4.jsonl").is_file()
+        log = (out / run / "train.log").read_text()
+        assert "optim.scheduler.kind=noam" in log and "trainer.max_steps=4" in log
+        # two validations in the first rung leave no slope interval: nobody stops, both go to a second rung,
+        # resuming their own checkpoints
+        assert json.loads((out / run / "rungs" / "trained.json").read_text())["steps"] == 8
+        assert "trainer.max_steps=8" in log and "ckpt_path=" in log and (out / run / "rungs" / "dev_8.jsonl").is_file()
+        assert float(_rows(report)[run][2 + METRIC_KEYS.index("train_steps")]) == 8
+    assert json.loads((out / "budget.json").read_text())["rungs"] == [
+        line[2:] for line in budget.splitlines() if line.startswith("- rung")]

@@ -1,0 +1,118 @@
+"""The adaptive budget in the runner: rungs, stops with reasons, exact replay after an interruption."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr.ablation.adaptive import AdaptiveBudget, read_trained
+from asr.ablation.runner import AblationRunner, AblationSettings
+from asr.ablation.training import TrainJob, TrainOutcome
+
+VAL_EVERY = 100
+DEV_UTTS = 300
+
+
+def curve(scheme: str, step: int) -> float:
+    """Dev WER (fraction) of each fake scheme after ``step`` steps."""
+    if scheme == "rel_xl":  # falls to a floor by 400 steps: converged once the plateau is flat
+        return 0.20 + 0.30 * max(0.0, 1.0 - step / 400)
+    if scheme == "shaw":  # close behind and still falling through 800 steps
+        return 0.22 + 0.30 * max(0.0, 1.0 - step / 800)
+    return 0.60 - 0.00002 * step  # "none": far behind, barely moving
+
+
+class CurveTrainer:
+    """Writes what a real run would up to the job's steps: last.ckpt and the validation curve."""
+
+    def __init__(self, fail_at: tuple[str, int] | None = None) -> None:
+        self.jobs: list[TrainJob] = []
+        self.fail_at = fail_at
+
+    def __call__(self, job: TrainJob) -> TrainOutcome:
+        self.jobs.append(job)
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        log = job.run_dir / "train.log"
+        log.write_text("ok\n")
+        if self.fail_at == (job.scheme, job.budget_steps):
+            self.fail_at = None  # dies once, as a killed process would
+            return TrainOutcome(returncode=-9, wall_s=1.0, peak_rss_mb=10.0, log_path=log)
+        ckpt = job.run_dir / "checkpoints" / "last.ckpt"
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.write_text(f"step {job.budget_steps}")
+        rows = [f"{s},{curve(job.scheme, s) + 0.002 * (-1) ** (s // VAL_EVERY):.6f}"
+                for s in range(VAL_EVERY, job.budget_steps + 1, VAL_EVERY)]
+        csv = job.run_dir / "csv" / "version_0" / "metrics.csv"
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        csv.write_text("step,val_wer\n" + "\n".join(rows) + "\n")
+        return TrainOutcome(returncode=0, wall_s=2.0, peak_rss_mb=100.0, log_path=log)
+
+
+def dev_records(run_dir: Path, ckpt: Path) -> list[dict]:
+    steps = int(ckpt.read_text().split()[1])
+    scheme = run_dir.name.split("-seed")[0]
+    rng = np.random.default_rng([steps, len(run_dir.name), sum(map(ord, run_dir.name))])
+    words = np.full(DEV_UTTS, 10)
+    errors = rng.binomial(words, curve(scheme, steps))
+    return [{"key": f"u{i}", "word_errors": int(e), "ref_words": int(w)} for i, (e, w) in enumerate(zip(errors, words))]
+
+
+def evaluate(run_dir: Path, ckpt: Path):
+    eval_data = {"test": {"cuts": "cuts_test.jsonl.gz", "max_utts": None, "utterances": 3, "skipped": {}}}
+    return {"params_m": 1.0, "wer_test_greedy": 30.0}, {}, eval_data
+
+
+def runner(out: Path, trainer: CurveTrainer, lines: list[str]) -> AblationRunner:
+    settings = AblationSettings(out_dir=out, data_dir="data/synth", schemes=("rel_xl", "shaw", "none"),
+                                val_every_steps=VAL_EVERY, scheme_seeds={"rel_xl": 2})
+    return AblationRunner(settings, evaluate, lambda _: (0.1, None), train_fn=trainer, log=lines.append)
+
+
+BUDGET = AdaptiveBudget(first_steps=400, max_steps=1600, total_steps=8000)
+
+
+def test_rungs_stop_the_clear_loser_finish_the_converged_and_extend_the_rest(tmp_path: Path) -> None:
+    trainer, lines = CurveTrainer(), []
+    r = runner(tmp_path, trainer, lines)
+    results = r.run_adaptive(BUDGET, dev_records)
+    assert all(res.ok for res in results) and len(results) == 4  # rel_xl has two seeds
+    steps = {run: read_trained(tmp_path / run)["steps"] for run in ("rel_xl", "rel_xl-seed1", "shaw", "none")}
+    # after the first rung (four validations) no slope is known well enough to stop anyone
+    assert all("rung 1," not in line or "**continue**" in line for line in r.budget_lines)
+    assert steps["none"] == 800  # stopped after the second
+    assert steps["rel_xl"] == steps["rel_xl-seed1"] == 800 < steps["shaw"] == 1600  # converged; shaw still fell
+    # every rung after the first resumes the run's own last checkpoint, with a larger step budget
+    shaw_jobs = [j for j in trainer.jobs if j.scheme == "shaw"]
+    assert [j.budget_steps for j in shaw_jobs] == sorted({j.budget_steps for j in shaw_jobs})
+    assert shaw_jobs[0].resume_from is None and all(j.resume_from is not None for j in shaw_jobs[1:])
+    stop = next(line for line in r.budget_lines if "`none`" in line and "rung 2," in line)
+    assert "**stopped**" in stop and "points above `" in stop and "gain at most" in stop
+    assert any("`rel_xl`" in line and "**finished**" in line and "converged" in line for line in r.budget_lines)
+    report = (tmp_path / "report.md").read_text()
+    assert "## Budget" in report and stop in report
+
+
+def test_a_rerun_after_a_killed_rung_replays_the_same_decisions(tmp_path: Path) -> None:
+    whole_lines: list[str] = []
+    whole = runner(tmp_path / "whole", CurveTrainer(), whole_lines)
+    whole.run_adaptive(BUDGET, dev_records)
+    lines: list[str] = []
+    killed = runner(tmp_path / "cut", CurveTrainer(fail_at=("shaw", 800)), lines)
+    first = killed.run_adaptive(BUDGET, dev_records)
+    assert not next(r for r in first if r.scheme == "shaw").ok
+    trainer = CurveTrainer()
+    again = runner(tmp_path / "cut", trainer, lines)
+    again.run_adaptive(BUDGET, dev_records)
+    assert again.budget_lines == whole.budget_lines
+    assert {j.scheme for j in trainer.jobs} == {"shaw"}  # only the killed run trains again
+    assert trainer.jobs[0].budget_steps == 800 and trainer.jobs[0].resume_from is not None
+
+
+def test_budgets_that_cannot_hold_a_rung_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="first_steps"):
+        AdaptiveBudget(first_steps=500, max_steps=400, total_steps=9000)
+    r = runner(tmp_path, CurveTrainer(), [])
+    with pytest.raises(ValueError, match="does not cover a first rung"):
+        r.run_adaptive(AdaptiveBudget(first_steps=400, max_steps=1600, total_steps=1000), dev_records)
+    with pytest.raises(ValueError, match="multiples of the validation interval"):
+        r.run_adaptive(AdaptiveBudget(first_steps=450, max_steps=1600, total_steps=9000), dev_records)
