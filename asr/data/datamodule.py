@@ -101,6 +101,8 @@ class AsrDataModule(L.LightningDataModule):
         speed_perturb: bool = True,
         spec_augment: bool = True,
         noise_cuts: str | None = None,
+        lead_in_prob: float = 0.0,
+        lead_in_max_s: float = 0.0,
         seed: int = 0,
         min_duration: float = 0.3,
         max_duration_per_utt: float = 20.0,
@@ -130,6 +132,7 @@ class AsrDataModule(L.LightningDataModule):
         self.train_cuts, self.dev_cuts, self.test_cuts = train_cuts, dev_cuts, test_cuts
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
+        self.lead_in_prob, self.lead_in_max_s = lead_in_prob, lead_in_max_s
         self.seed = seed
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
         self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
@@ -271,6 +274,7 @@ class AsrDataModule(L.LightningDataModule):
         dataset = AsrDataset(
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
+            lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
         )
         listeners = [shar.set_epoch] if shar is not None else []
         loader = self._loader(dataset, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)

@@ -22,7 +22,7 @@ from asr.data.audio import AudioError, cut_waveform
 from asr.data.augment import SpecAugment, mix_noise, random_speed, speed_perturb
 from asr.data.batch import Batch
 from asr.data.feature_store import load_stored
-from asr.data.features import FbankExtractor
+from asr.data.features import FRAME_SHIFT_S, FbankExtractor
 
 log = logging.getLogger(__name__)
 Skipped = list[tuple[str, str]]  # (reason, cut id)
@@ -41,7 +41,12 @@ class AsrDataset(torch.utils.data.Dataset):
         noise_cuts: CutSet | None = None,
         noise_prob: float = 0.5,
         snr_range_db: tuple[float, float] = (10.0, 20.0),
+        lead_in_prob: float = 0.0,
+        lead_in_max_s: float = 0.0,
     ) -> None:
+        if not 0.0 <= lead_in_prob <= 1.0 or lead_in_max_s < 0:
+            raise ValueError(f"lead_in_prob ({lead_in_prob}) must be in [0, 1] and lead_in_max_s ({lead_in_max_s}) "
+                             ">= 0")
         self.tokenizer = tokenizer
         self.extractor = extractor
         self.speed_perturb = speed_perturb
@@ -49,6 +54,9 @@ class AsrDataset(torch.utils.data.Dataset):
         self.noise_cuts = list(noise_cuts) if noise_cuts is not None else []
         self.noise_prob = noise_prob
         self.snr_range_db = snr_range_db
+        self.lead_in_prob = lead_in_prob
+        self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
+        self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
 
     def _feats(self, cut, skipped: Skipped) -> torch.Tensor | None:
         """(T, F) features of one cut, or None (skipped, reason recorded) when its audio is too short.
@@ -84,6 +92,23 @@ class AsrDataset(torch.utils.data.Dataset):
                 wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
         return wav
 
+    def silence_frame(self) -> torch.Tensor:
+        """(F,) what the frontend makes of exact zeros (a muted microphone, a runtime's padding)."""
+        if self._silence is None:
+            self._silence = self.extractor(torch.zeros(self.extractor.min_samples))[0]
+        return self._silence
+
+    def with_lead_in(self, f: torch.Tensor) -> torch.Tensor:
+        """(T, F) -> (k + T, F): with probability ``lead_in_prob``, k uniform in [1, lead_in_max_s] of
+        silent frames before the speech. A trimmed utterance starts its stream with speech, and a model
+        trained only on those learns to spend its first token on the stream's first frames: after a
+        runtime's zero padding (sherpa-onnx adds 0.5 s) that token lands in the silence, where a chunk
+        that also holds the onset sees it, and the word is lost or doubled."""
+        if self.lead_in_frames < 1 or random.random() >= self.lead_in_prob:
+            return f
+        k = random.randint(1, self.lead_in_frames)
+        return torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
+
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
         feats, tokens, keys, texts = [], [], [], []
         skipped: Skipped = []
@@ -97,6 +122,7 @@ class AsrDataset(torch.utils.data.Dataset):
                 continue
             if f is None:
                 continue
+            f = self.with_lead_in(f)
             if self.spec_augment is not None:
                 f = self.spec_augment(f)
             text = cut_text(cut)

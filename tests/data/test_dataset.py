@@ -45,3 +45,29 @@ def test_a_good_noise_file_is_mixed_in_and_nothing_is_skipped(tmp_path):
     assert batch.keys == ["speech"] and skipped == []
     clean = FbankExtractor()(cut_waveform(speech))  # (T, F)
     assert not torch.allclose(batch.feats[0, : clean.shape[0]], clean, atol=1e-3)
+
+
+def test_a_lead_in_puts_the_frontends_frames_of_exact_zeros_before_the_speech(tmp_path):
+    import random
+
+    from asr.data.features import FRAME_SHIFT_S
+
+    speech, _ = _speech_and_noise(tmp_path)
+    extractor = FbankExtractor()
+    clean = extractor(cut_waveform(speech))  # (T, F)
+    dataset = AsrDataset(_FixedTokenizer(), extractor, lead_in_prob=1.0, lead_in_max_s=0.5)
+    random.seed(3)
+    lengths = set()
+    for _ in range(20):
+        batch, skipped, _ = dataset[CutSet.from_cuts([speech])]
+        frames = int(batch.feat_lens[0])
+        k = frames - clean.shape[0]
+        assert 1 <= k <= round(0.5 / FRAME_SHIFT_S) and skipped == [] and batch.tokens[0].tolist() == [3, 4]
+        assert torch.equal(batch.feats[0, k:frames], clean)  # the speech untouched, after the lead-in
+        # the lead-in is what the frontend makes of zeros: the frames of a zero-padded recording
+        zeros = extractor(torch.zeros(16000))  # (T0, F)
+        assert torch.allclose(batch.feats[0, :k], zeros[:k].to(batch.feats.dtype), atol=1e-5)
+        lengths.add(k)
+    assert len(lengths) > 5  # drawn, not fixed
+    off = AsrDataset(_FixedTokenizer(), extractor)
+    assert int(off[CutSet.from_cuts([speech])][0].feat_lens[0]) == clean.shape[0]
