@@ -70,6 +70,11 @@ ADAPTIVE_FIRST_STEPS = 1520
 ADAPTIVE_MAX_STEPS = 6080
 ADAPTIVE_TOTAL_STEPS = 40000
 ADAPTIVE_VALIDATIONS_PER_RUNG = 8
+# The inverse square-root rate peaks at the end of its warmup and falls as 1/sqrt(step) after it: a warmup
+# of a tenth of the first rung leaves a third of the peak by its end, and the runs learn far slower than
+# the quickstart's cosine (data/results/ablation.md). Half the first rung keeps the rate near the cosine's
+# mean over the largest budget (a 3e-3 peak: 2.1e-3 at 1520 steps, 1.1e-3 at 6080).
+ADAPTIVE_WARMUP_FRACTION = 0.5
 # Validations in a step budget: the report's convergence criterion fits the last half of
 # each curve, and six or seven points there give a one-seed slope interval t = 2.6-2.8
 # (five validations left three, t = 12.7, too wide to call any scheme converged).
@@ -91,7 +96,8 @@ def ablation_overrides(budget_steps: int | None, user_overrides: tuple[str, ...]
                        adaptive: bool = False) -> tuple[str, ...]:
     """Training overrides for every scheme: the ablation's own first, the user's after (they win).
     ``adaptive``: ``budget_steps`` is the first rung, and the schedule must not depend on the budget."""
-    warmup = max(1, round(WARMUP_FRACTION * budget_steps)) if budget_steps else WARMUP_FOR_TIME_BUDGET
+    fraction = ADAPTIVE_WARMUP_FRACTION if adaptive else WARMUP_FRACTION
+    warmup = max(1, round(fraction * budget_steps)) if budget_steps else WARMUP_FOR_TIME_BUDGET
     schedule = ("optim.scheduler.kind=noam",) if adaptive else ()
     return (f"optim.scheduler.warmup_steps={warmup}", *schedule, *DEFAULT_OVERRIDES, *user_overrides)
 

@@ -73,7 +73,8 @@ def test_arguments_default_to_the_adaptive_budget_and_reject_stray_words(capsys)
     assert (args.first_steps, args.max_steps, args.total_steps) == (
         ablate.ADAPTIVE_FIRST_STEPS, ablate.ADAPTIVE_MAX_STEPS, ablate.ADAPTIVE_TOTAL_STEPS)
     assert args.first_steps % args.val_every == 0 and args.first_steps // args.val_every == 8
-    assert "optim.scheduler.kind=noam" in ablate.ablation_overrides(args.first_steps, [], adaptive=True)
+    adaptive = ablate.ablation_overrides(args.first_steps, [], adaptive=True)
+    assert "optim.scheduler.kind=noam" in adaptive and f"optim.scheduler.warmup_steps={args.first_steps // 2}" in adaptive
     assert args.train_timeout_minutes is None
     timed = ablate.parse_args(["--budget-minutes", "30"])
     assert not timed.adaptive and timed.budget_steps is None and timed.train_timeout_minutes == 65
