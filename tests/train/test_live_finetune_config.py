@@ -24,3 +24,6 @@ def test_live_finetune_is_the_quickstart_model_with_the_gate_on_and_its_source_t
     assert live.data.data_dir == "data/synth_live" and live.data.tokenizer_path == "data/synth/tokenizer"
     assert live.data.feature_store == "data/synth_live/feature_store"
     assert live.trainer.max_steps < base.trainer.max_steps and live.optim.optimizer.lr < base.optim.optimizer.lr
+    # it hears silence before the speech and chunk grids at every phase; the quickstart trains as before
+    assert live.data.lead_in_prob > 0 and live.streaming.random_phase
+    assert base.data.lead_in_prob == 0 and not base.streaming.random_phase
