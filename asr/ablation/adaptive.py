@@ -35,6 +35,7 @@ from asr.ablation.stats import PairedDifference, align_records
 
 RUNG_DIR = "rungs"
 TRAINED_FILE = "trained.json"
+SUMMARY_FILE = "train_summary.json"  # written by asr.train at the end of every run
 # The bootstrap behind each decision is seeded: the same records give the same decisions.
 DECISION_BOOTSTRAP_SEED = 0
 
@@ -103,6 +104,14 @@ def mark_trained(run_dir: Path, steps: int, wall_s: float, peak_rss_mb: float) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return record
+
+
+def steps_reached(run_dir: Path) -> int | None:
+    """The global step a run's training ended at (its ``train_summary.json``); None when unrecorded."""
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    return int(json.loads(path.read_text())["global_step"])
 
 
 def dev_records_path(run_dir: Path, steps: int) -> Path:

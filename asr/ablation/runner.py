@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, dev_records_path, mark_trained, plan_rungs,
-                                   read_jsonl, read_trained)
+                                   read_jsonl, read_trained, steps_reached)
 from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
@@ -244,6 +244,11 @@ class AblationRunner:
             outcome = self._train(scheme, run_dir, seed_of[run_dir], steps)
             if isinstance(outcome, SchemeResult):
                 write_marker(run_dir, outcome)
+                return False
+            reached = steps_reached(run_dir)
+            if reached != steps:  # a rung that ended early is not the rung the decisions compare
+                write_marker(run_dir, failed_result(scheme, "train", f"the run ended at step {reached} of the "
+                                                                     f"rung's {steps}", run_dir))
                 return False
             mark_trained(run_dir, steps, outcome.wall_s, outcome.peak_rss_mb)
             return True

@@ -102,6 +102,10 @@ def train_overrides(job: TrainJob) -> list[str]:
         overrides += [f"trainer.max_steps={job.budget_steps}", "trainer.max_epochs=-1"]
     if job.budget_minutes is not None:
         overrides.append(f"trainer.max_time={max_time_string(job.budget_minutes)}")
+    else:
+        # A step budget runs to its steps: a recipe's wall-clock guard (the quickstart's) would end a run
+        # short on a busy machine, and the schemes would no longer share a budget.
+        overrides.append("trainer.max_time=null")
         if job.budget_steps is None:
             # A time-only budget has no last step for a cosine decay to end at.
             overrides += ["trainer.max_steps=-1", "trainer.max_epochs=-1", "optim.scheduler.kind=noam"]

@@ -121,6 +121,7 @@ def test_the_adaptive_budget_end_to_end_trains_in_rungs_and_reports_them(tmp_pat
         assert (out / run / "rungs" / "dev_4.jsonl").is_file()
         log = (out / run / "train.log").read_text()
         assert "optim.scheduler.kind=noam" in log and "trainer.max_steps=4" in log
+        assert "trainer.max_time=null" in log  # no recipe's wall-clock guard cuts a rung short
         # two validations in the first rung leave no slope interval: nobody stops, both go to a second rung,
         # resuming their own checkpoints
         assert json.loads((out / run / "rungs" / "trained.json").read_text())["steps"] == 8

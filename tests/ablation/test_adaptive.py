@@ -1,5 +1,6 @@
 """The adaptive budget in the runner: rungs, stops with reasons, exact replay after an interruption."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ class CurveTrainer:
     def __init__(self, fail_at: tuple[str, int] | None = None) -> None:
         self.jobs: list[TrainJob] = []
         self.fail_at = fail_at
+        self.stop_short: dict[str, int] = {}  # scheme -> the step its next run ends at (a time cap)
 
     def __call__(self, job: TrainJob) -> TrainOutcome:
         self.jobs.append(job)
@@ -40,6 +42,8 @@ class CurveTrainer:
         ckpt = job.run_dir / "checkpoints" / "last.ckpt"
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         ckpt.write_text(f"step {job.budget_steps}")
+        stopped = self.stop_short.pop(job.scheme, None)
+        (job.run_dir / "train_summary.json").write_text(json.dumps({"global_step": stopped or job.budget_steps}))
         rows = [f"{s},{curve(job.scheme, s) + 0.002 * (-1) ** (s // VAL_EVERY):.6f}"
                 for s in range(VAL_EVERY, job.budget_steps + 1, VAL_EVERY)]
         csv = job.run_dir / "csv" / "version_0" / "metrics.csv"
@@ -116,3 +120,13 @@ def test_budgets_that_cannot_hold_a_rung_are_refused(tmp_path: Path) -> None:
         r.run_adaptive(AdaptiveBudget(first_steps=400, max_steps=1600, total_steps=1000), dev_records)
     with pytest.raises(ValueError, match="multiples of the validation interval"):
         r.run_adaptive(AdaptiveBudget(first_steps=450, max_steps=1600, total_steps=9000), dev_records)
+
+
+def test_a_run_that_ends_short_of_its_rung_fails_instead_of_counting_as_the_rung(tmp_path: Path) -> None:
+    trainer, lines = CurveTrainer(), []
+    trainer.stop_short["shaw"] = 250  # e.g. a recipe's wall-clock cap
+    results = runner(tmp_path, trainer, lines).run_adaptive(BUDGET, dev_records)
+    shaw = next(r for r in results if r.scheme == "shaw")
+    assert not shaw.ok and "ended at step 250 of the rung's 400" in shaw.error
+    assert read_trained(tmp_path / "shaw")["steps"] == 0
+    assert all(r.ok for r in results if r.scheme != "shaw")  # the others go on

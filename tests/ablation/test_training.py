@@ -17,6 +17,9 @@ def test_overrides_carry_scheme_budget_and_resume(tmp_path: Path) -> None:
     assert f"ckpt_path={tmp_path / 'last.ckpt'}" in ov
     assert ov[-1] == "model.d_model=96"  # user extras win
     assert max_time_string(90) == "00:01:30:00"
+    # a step budget alone lifts the recipe's wall-clock guard: every scheme runs its steps
+    steps_only = train_overrides(TrainJob(scheme="shaw", run_dir=tmp_path, data_dir="d", budget_steps=50))
+    assert "trainer.max_time=null" in steps_only and "trainer.max_steps=50" in steps_only
 
 
 def test_peak_rss_is_the_childs_own(tmp_path: Path) -> None:
