@@ -32,7 +32,7 @@ PLATEAU_FRACTION = 0.5
 MIN_PLATEAU_POINTS = 3
 # Half-width of the band around zero (WER points per 1000 steps) that the slope's
 # interval must lie in. A scheme at the band's edge gains at most 2 points from another
-# 1000 steps (nearly half the default 2250-step budget again): about the half-width of the
+# 1000 steps (two thirds of the adaptive budget's first rung again): about the half-width of the
 # paired test intervals the report resolves differences with (1.2-1.5 points), so a
 # ranking between converged schemes is not one that a longer budget would plausibly flip.
 CONVERGED_BAND = 2.0
