@@ -160,6 +160,7 @@ class AblationRunner:
         self.log = log
         # The adaptive budget's rungs, one line per decision, for the report (empty: a fixed budget).
         self.budget_lines: list[str] = []
+        self.budget_setting: str | None = None  # the adaptive budget, for the report's settings
 
     def run(self) -> list[SchemeResult]:
         """Every scheme in order; returns their results (the report is on disk)."""
@@ -235,6 +236,8 @@ class AblationRunner:
         start = time.monotonic()
         runs = self.settings.runs()
         budget.check_runs(len(runs), self.settings.val_every_steps)
+        self.budget_setting = (f"adaptive: first rung {budget.first_steps} steps, at most {budget.max_steps} a run, "
+                               f"{budget.total_steps} over all runs")
         seed_of = {run_dir: seed for _, seed, run_dir in runs}
         runs_of = {scheme: [r for s, _, r in runs if s == scheme] for scheme in self.settings.schemes}
 
@@ -356,6 +359,7 @@ class AblationRunner:
         plots = write_plots(results, out, analysis)
         settings = {
             **self.settings.describe(),
+            **({"budget": self.budget_setting} if self.budget_setting else {}),
             "elapsed (this invocation)": _fmt_duration(elapsed_s),
             # Includes schemes finished by earlier invocations (read from their markers).
             "train + evaluate time (all schemes)": _fmt_duration(sum(r.wall_s for r in results)),

@@ -94,6 +94,7 @@ def test_rungs_stop_the_clear_loser_finish_the_converged_and_extend_the_rest(tmp
     assert any("`rel_xl`" in line and "**finished**" in line and "converged" in line for line in r.budget_lines)
     report = (tmp_path / "report.md").read_text()
     assert "## Budget" in report and stop in report
+    assert "- budget: `adaptive: first rung 400 steps, at most 1600 a run, 8000 over all runs`" in report
 
 
 def test_a_rerun_after_a_killed_rung_replays_the_same_decisions(tmp_path: Path) -> None:
