@@ -31,7 +31,7 @@ from asr.ablation.analysis import pooled_difference
 from asr.ablation.convergence import plateau_convergence
 from asr.ablation.curves import read_learning_curve
 from asr.ablation.halving import CONTINUE, FINISHED, Decision, Progress, decide, next_steps
-from asr.ablation.stats import PairedDifference, align_records
+from asr.ablation.stats import PairedDifference, align_records, pool_seeds
 
 RUNG_DIR = "rungs"
 TRAINED_FILE = "trained.json"
@@ -73,16 +73,16 @@ class AdaptiveBudget:
 
 @dataclass
 class Rung:
-    """One rung: the steps each scheme trained to, its dev WER (percent) and what was decided."""
+    """One rung: the steps every scheme in it trained to, their dev WERs (percent) and what was decided."""
 
     index: int
-    steps: dict[str, int]
+    steps: int
     dev_wer: dict[str, float]
     decisions: dict[str, Decision] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """The report's lines for this rung: one per scheme, its action and reason."""
-        return [f"rung {self.index}, `{scheme}` at {self.steps[scheme]} steps (dev {self.dev_wer[scheme]:.2f}%): "
+        return [f"rung {self.index}, `{scheme}` at {self.steps} steps (dev {self.dev_wer[scheme]:.2f}%): "
                 f"**{d.action}**: {d.reason}" for scheme, d in sorted(self.decisions.items())]
 
 
@@ -118,14 +118,10 @@ def dev_records_path(run_dir: Path, steps: int) -> Path:
     return Path(run_dir) / RUNG_DIR / f"dev_{steps}.jsonl"
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def rung_progress(runs: Sequence[Path], steps: int, records: Sequence[list[dict]]) -> Progress:
     """One scheme after a rung: its seeds' pooled dev WER and their common plateau slope."""
     _, errors, words = align_records(records)
-    wer = 100.0 * float(errors.mean(axis=0).sum() / max(words.sum(), 1.0))
+    wer = 100.0 * float(pool_seeds(errors).sum() / max(words.sum(), 1.0))
     # The curve as it stood at this rung: a replayed rung must not see validations of later rungs.
     curves = [[point for point in read_learning_curve(Path(run)) if point[0] <= steps] for run in runs]
     return Progress(steps, wer, plateau_convergence([c for c in curves if c]))
@@ -162,13 +158,12 @@ def plan_rungs(
     """
     rungs: list[Rung] = []
     failed: dict[str, str] = {}
-    target = {scheme: budget.first_steps for scheme in schemes}
+    steps = budget.first_steps  # every undecided scheme trains to the same rung
     undecided = list(schemes)
     spent = {str(run): 0 for scheme in schemes for run in runs_of(scheme)}
     while undecided:
         records: dict[str, list[list[dict]]] = {}
         for scheme in undecided:
-            steps = target[scheme]
             rows = []
             for run in runs_of(scheme):
                 if not train_to(scheme, run, steps):
@@ -185,8 +180,8 @@ def plan_rungs(
         undecided = [s for s in undecided if s not in failed]
         if not undecided:
             break
-        progress = {s: rung_progress(runs_of(s), target[s], records[s]) for s in undecided}
-        rung = Rung(len(rungs) + 1, {s: target[s] for s in undecided}, {s: p.wer for s, p in progress.items()})
+        progress = {s: rung_progress(runs_of(s), steps, records[s]) for s in undecided}
+        rung = Rung(len(rungs) + 1, steps, {s: p.wer for s, p in progress.items()})
         rung.decisions = decide(progress, decision_difference(records), budget.max_steps)
         rungs.append(rung)
         for line in rung.lines():
@@ -195,17 +190,14 @@ def plan_rungs(
         if not undecided:
             break
         steps_left = budget.total_steps - sum(spent.values())
-        seeds = {s: len(runs_of(s)) for s in undecided}
-        current = min(target[s] for s in undecided)
-        share_runs = sum(seeds.values())
-        grown = next_steps(current, share_runs, steps_left, budget.max_steps)
-        grown = current + (grown - current) // val_every * val_every
-        if grown <= current:
+        runs_left = sum(len(runs_of(s)) for s in undecided)
+        grown = next_steps(steps, runs_left, steps_left, budget.max_steps)
+        grown = steps + (grown - steps) // val_every * val_every
+        if grown <= steps:
             for s in undecided:
                 rung.decisions[s] = Decision(s, FINISHED, f"the overall budget ({budget.total_steps} steps over "
                                                             f"all runs) has no steps left for another rung")
-            log(f"[ablate] budget spent: {', '.join(undecided)} end at {current} steps")
+            log(f"[ablate] budget spent: {', '.join(undecided)} end at {steps} steps")
             break
-        for s in undecided:
-            target[s] = grown
+        steps = grown
     return rungs, failed

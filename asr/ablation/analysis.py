@@ -12,13 +12,12 @@ zero and both schemes converged.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from asr.ablation.convergence import CONVERGED_BAND, PLATEAU_FRACTION, Convergence, plateau_convergence
-from asr.ablation.results import SchemeResult
+from asr.ablation.results import SchemeResult, read_jsonl
 from asr.ablation.stats import (
     DEFAULT_REPLICATES,
     Interval,
@@ -43,7 +42,7 @@ def read_records(run_dir: str | Path, metric: str) -> list[dict] | None:
     path = records_path(run_dir, metric)
     if not path.is_file():
         return None
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 @dataclass

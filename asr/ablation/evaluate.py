@@ -25,7 +25,6 @@ WERs use the batched masked forward.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from asr.ablation.results import last_line
+from asr.ablation.results import last_line, write_jsonl
 from asr.ablation.translation import OFFSETS_S, translation_probe
 from asr.decode import ctc_greedy
 from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances, load_utterances
@@ -226,7 +225,7 @@ def evaluate_checkpoint(
                 errors[CER_OF[key]] = errors[key]
         if result is not None and out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / f"decode_{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result.records))
+            write_jsonl(out_dir / f"decode_{key}.jsonl", result.records)
         shown = "n/a" if result is None else f"{metrics[key]:.2f}"
         log(f"[ablate]   {key} = {shown} ({n_utts} utts, {time.perf_counter() - start:.0f} s)")
     rtf = _measure(

@@ -154,3 +154,13 @@ def is_finished(run_dir: Path) -> bool:
     """True when ``run_dir`` holds a successful result (a re-run skips the scheme)."""
     result = read_marker(run_dir)
     return result is not None and result.ok
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Per-utterance records, one JSON object a line (the evaluation's and the adaptive budget's)."""
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """What :func:`write_jsonl` wrote."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

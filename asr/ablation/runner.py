@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, dev_records_path, mark_trained, plan_rungs,
-                                   read_jsonl, read_trained, steps_reached)
+                                   read_trained, steps_reached)
 from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
@@ -28,7 +28,9 @@ from asr.ablation.results import (
     STATUS_FAILED,
     SchemeResult,
     failed_result,
+    read_jsonl,
     read_marker,
+    write_jsonl,
     write_marker,
 )
 from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training
@@ -267,7 +269,7 @@ class AblationRunner:
             except Exception as err:  # noqa: BLE001  (a failed measurement fails this scheme only)
                 self.log(f"[ablate] {run_dir.name}: dev measurement error: {type(err).__name__}: {err}")
                 return None
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_jsonl(path, rows)
             return rows
 
         rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
