@@ -103,6 +103,7 @@ class AsrDataModule(L.LightningDataModule):
         noise_cuts: str | None = None,
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
+        lead_in_from_epoch: int = 0,
         seed: int = 0,
         min_duration: float = 0.3,
         max_duration_per_utt: float = 20.0,
@@ -123,6 +124,8 @@ class AsrDataModule(L.LightningDataModule):
         if min_duration < 0 or min_duration >= max_duration_per_utt:
             raise ValueError(f"need 0 <= min_duration ({min_duration}) < max_duration_per_utt "
                              f"({max_duration_per_utt})")
+        if lead_in_from_epoch < 0:
+            raise ValueError(f"lead_in_from_epoch ({lead_in_from_epoch}) must be >= 0")
         if bucket_buffer_size < 1:
             raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
         if feature_store and shar_dir:
@@ -133,6 +136,7 @@ class AsrDataModule(L.LightningDataModule):
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
         self.lead_in_prob, self.lead_in_max_s = lead_in_prob, lead_in_max_s
+        self.lead_in_from_epoch = lead_in_from_epoch
         self.seed = seed
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
         self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
@@ -275,8 +279,9 @@ class AsrDataModule(L.LightningDataModule):
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
+            lead_in_from_epoch=self.lead_in_from_epoch,
         )
-        listeners = [shar.set_epoch] if shar is not None else []
+        listeners = [dataset.set_epoch] + ([shar.set_epoch] if shar is not None else [])
         loader = self._loader(dataset, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:
             # Lightning starts iterating (prefetching) a resumed run's loader before its

@@ -43,10 +43,11 @@ class AsrDataset(torch.utils.data.Dataset):
         snr_range_db: tuple[float, float] = (10.0, 20.0),
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
+        lead_in_from_epoch: int = 0,
     ) -> None:
-        if not 0.0 <= lead_in_prob <= 1.0 or lead_in_max_s < 0:
-            raise ValueError(f"lead_in_prob ({lead_in_prob}) must be in [0, 1] and lead_in_max_s ({lead_in_max_s}) "
-                             ">= 0")
+        if not 0.0 <= lead_in_prob <= 1.0 or lead_in_max_s < 0 or lead_in_from_epoch < 0:
+            raise ValueError(f"lead_in_prob ({lead_in_prob}) must be in [0, 1], lead_in_max_s ({lead_in_max_s}) "
+                             f">= 0 and lead_in_from_epoch ({lead_in_from_epoch}) >= 0")
         self.tokenizer = tokenizer
         self.extractor = extractor
         self.speed_perturb = speed_perturb
@@ -56,6 +57,8 @@ class AsrDataset(torch.utils.data.Dataset):
         self.snr_range_db = snr_range_db
         self.lead_in_prob = lead_in_prob
         self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
+        self.lead_in_from_epoch = lead_in_from_epoch
+        self.epoch = 0
         self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
 
     def _feats(self, cut, skipped: Skipped) -> torch.Tensor | None:
@@ -98,12 +101,23 @@ class AsrDataset(torch.utils.data.Dataset):
             self._silence = self.extractor(torch.zeros(self.extractor.min_samples))[0]
         return self._silence
 
+    def set_epoch(self, epoch: int) -> None:
+        """The training epoch about to be read. The loader's workers start anew each epoch from this
+        object, so the value reaches them."""
+        self.epoch = epoch
+
     def with_lead_in(self, f: torch.Tensor) -> torch.Tensor:
         """(T, F) -> (k + T, F): with probability ``lead_in_prob``, k uniform in [1, lead_in_max_s] of
         silent frames before the speech. A trimmed utterance starts its stream with speech, and a model
         trained only on those learns to spend its first token on the stream's first frames: after a
         runtime's zero padding (sherpa-onnx adds 0.5 s) that token lands in the silence, where a chunk
-        that also holds the onset sees it, and the word is lost or doubled."""
+        that also holds the onset sees it, and the word is lost or doubled.
+
+        Before epoch ``lead_in_from_epoch`` no lead-in is drawn: CTC trained from scratch with silence
+        before most utterances stays on its all-blank plateau for longer, so a recipe can switch the
+        lead-ins on once the model aligns."""
+        if self.epoch < self.lead_in_from_epoch:
+            return f
         if self.lead_in_frames < 1 or random.random() >= self.lead_in_prob:
             return f
         k = random.randint(1, self.lead_in_frames)

@@ -172,3 +172,42 @@ def test_sentencepiece_untokenizable_text(bad_corpus, spm_dir, lazy):
     list(dm.train_dataloader())
     assert dm.skip_report()["untokenizable_text"] == 1
     assert dm._has_content(dm.tokenizer.encode("hello")) and not dm._has_content(dm.tokenizer.encode("中文"))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_dir, workers):
+    """lead_in_from_epoch=1: the first epoch reads every utterance as it is, the second puts silence
+    before each; the epoch reaches the dataset through the sampler's set_epoch, worker processes included."""
+    import lightning as L
+
+    class Probe(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(80, 2)
+            self.lengths = [{}, {}]  # per epoch: key -> frames
+
+        def training_step(self, batch, _):
+            for key, n in zip(batch.keys, batch.feat_lens.tolist()):
+                self.lengths[self.current_epoch][key] = n
+            return self.lin(batch.feats).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    dm = _dm(tiny_corpus, spm_dir, num_workers=workers, lead_in_prob=1.0, lead_in_max_s=0.3, lead_in_from_epoch=1)
+    probe = Probe()
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0)
+    trainer.fit(probe, datamodule=dm)
+    first, second = probe.lengths
+    assert first and first.keys() == second.keys()
+    clean = {c.id: c for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")}
+    for key, frames in first.items():
+        assert abs(frames - round(clean[key].duration * 100)) <= 2  # no lead-in: the utterance's own frames
+        assert 1 <= second[key] - frames <= 30  # then 1 to 30 silent frames before it
+
+
+def test_lead_in_from_epoch_must_not_be_negative(tiny_corpus, spm_dir):
+    with pytest.raises(ValueError, match="lead_in_from_epoch"):
+        _dm(tiny_corpus, spm_dir, lead_in_from_epoch=-1)
