@@ -87,8 +87,8 @@ class Rung:
 
 
 def read_trained(run_dir: Path) -> dict:
-    """What the finished rungs did to a run: ``steps`` trained to (0: none yet), training ``wall_s``
-    over all its rungs and the largest ``peak_rss_mb``."""
+    """What the finished rungs did to a run: ``steps`` trained to (0: none yet), ``wall_s`` spent training
+    and decoding dev over all its rungs, and the largest ``peak_rss_mb``."""
     path = Path(run_dir) / RUNG_DIR / TRAINED_FILE
     if not path.is_file():
         return {"steps": 0, "wall_s": 0.0, "peak_rss_mb": 0.0}
@@ -104,6 +104,13 @@ def mark_trained(run_dir: Path, steps: int, wall_s: float, peak_rss_mb: float) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return record
+
+
+def add_dev_seconds(run_dir: Path, seconds: float) -> None:
+    """Count a rung's dev decode in the run's ``wall_s`` (the rung's training is already recorded)."""
+    record = read_trained(run_dir)
+    record["wall_s"] += seconds
+    (Path(run_dir) / RUNG_DIR / TRAINED_FILE).write_text(json.dumps(record))
 
 
 def steps_reached(run_dir: Path) -> int | None:

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, dev_records_path, mark_trained, plan_rungs,
-                                   read_trained, steps_reached)
+from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, add_dev_seconds, dev_records_path, mark_trained,
+                                   plan_rungs, read_trained, steps_reached)
 from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
@@ -264,12 +264,14 @@ class AblationRunner:
                 return read_jsonl(path)
             ckpt = find_checkpoint(run_dir)
             self.log(f"[ablate] {run_dir.name}: dev at {steps} steps")
+            began = time.monotonic()
             try:
                 rows = dev_records(run_dir, ckpt)
             except Exception as err:  # noqa: BLE001  (a failed measurement fails this scheme only)
                 self.log(f"[ablate] {run_dir.name}: dev measurement error: {type(err).__name__}: {err}")
                 return None
             write_jsonl(path, rows)
+            add_dev_seconds(run_dir, time.monotonic() - began)
             return rows
 
         rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
@@ -284,8 +286,10 @@ class AblationRunner:
                 continue
             trained = read_trained(run_dir)
             outcome = TrainOutcome(0, trained["wall_s"], trained["peak_rss_mb"], run_dir / "train.log")
+            began = time.monotonic()
             result = self._evaluate(scheme, run_dir, outcome)
-            result.wall_s, result.run_dir, result.seed = trained["wall_s"], str(run_dir), seed
+            result.wall_s = trained["wall_s"] + time.monotonic() - began  # every rung's training and dev, the test
+            result.run_dir, result.seed = str(run_dir), seed
             result.settings = {**self.settings.training_settings(seed), "budget_steps": trained["steps"]}
             write_marker(run_dir, result)
             results.append(result)

@@ -95,6 +95,11 @@ def test_rungs_stop_the_clear_loser_finish_the_converged_and_extend_the_rest(tmp
     report = (tmp_path / "report.md").read_text()
     assert "## Budget" in report and stop in report
     assert "- budget: `adaptive: first rung 400 steps, at most 1600 a run, 8000 over all runs`" in report
+    # a run's time is every rung's training (2 s a rung here) plus its dev decodes and its test evaluation
+    by_run = {Path(res.run_dir).name: res for res in results}
+    shaw_rungs = len(shaw_jobs)
+    assert read_trained(tmp_path / "shaw")["wall_s"] > 2.0 * shaw_rungs
+    assert by_run["shaw"].wall_s > read_trained(tmp_path / "shaw")["wall_s"]
 
 
 def test_a_rerun_after_a_killed_rung_replays_the_same_decisions(tmp_path: Path) -> None:
