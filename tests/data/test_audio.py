@@ -4,7 +4,7 @@ import soundfile as sf
 import torch
 
 from asr.data.audio import AudioError, load_audio
-from conftest import write_tone
+from tones import write_tone
 
 
 @pytest.mark.parametrize("sr", [8000, 16000, 44100])

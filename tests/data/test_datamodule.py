@@ -8,7 +8,7 @@ from asr.data.batch import Batch
 from asr.data.datamodule import AsrDataModule
 from asr.data.importers import make_cut, make_recording
 from asr.data.manifest import read_cuts, write_cuts
-from conftest import write_tone
+from tones import write_tone
 
 
 def _dm(corpus, tok, **kw):

@@ -7,7 +7,7 @@ from asr.data.audio import cut_waveform
 from asr.data.dataset import AsrDataset
 from asr.data.features import FbankExtractor
 from asr.data.importers import make_cut, make_recording
-from conftest import write_tone
+from tones import write_tone
 
 
 def _speech_and_noise(folder):

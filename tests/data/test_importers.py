@@ -6,7 +6,7 @@ import torch
 
 from asr.data.audio import cut_waveform
 from asr.data.importers import import_aishell, import_kaldi, import_librispeech, import_nemo, import_wenet
-from conftest import write_tone
+from tones import write_tone
 
 
 def test_wenet(tmp_path):

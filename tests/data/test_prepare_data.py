@@ -11,7 +11,7 @@ from asr import prepare
 from asr.data.tokenizer import load_tokenizer
 from asr.lm import DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, load_token_lm, load_word_lm, word_lm_path
 from asr.prepare import PrepareError, PrepareOptions, prepare_corpus
-from conftest import write_tone
+from tones import write_tone
 
 ROOT = Path(__file__).resolve().parents[2]
 
