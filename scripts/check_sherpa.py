@@ -15,6 +15,8 @@ identical (the graph is exact; every difference is the fbank's).
 Usage:
     python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ --cuts data/synth/cuts_test.jsonl.gz
     python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ --cuts CUTS --max-utts 50 --json out.json
+    python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ --cuts CUTS --onset-jitter 0.64 \
+        --lead-seconds 0.5   # sherpa-onnx's padding on speech that starts anywhere in a chunk
     python scripts/check_sherpa.py --checkpoint CKPT --export-dir exported/ my_audio/ data/test/data.list
         # any input decode.py takes (asr/data/inputs.py); WERs where there are references
 """
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lead-seconds", type=float, default=0.0,
                         help="zeros before each utterance on both sides (sherpa-onnx's command line puts 0.5 s: "
                              "its --left-padding)")
+    parser.add_argument("--onset-jitter", type=float, default=0.0, metavar="S",
+                        help="before the --lead-seconds zeros, give each utterance its own zeros, uniform in [0, S) "
+                             "(seeded by --seed): speech that starts anywhere in a chunk, as on a live stream "
+                             "(0.64 covers a chunk of 16)")
+    parser.add_argument("--seed", type=int, default=0, help="draws of --onset-jitter")
     parser.add_argument("--json", type=Path, help="write the per-utterance texts and the summary here")
     args = parser.parse_args(argv)
     sources = [*args.inputs, *([args.cuts] if args.cuts else [])]
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from asr.data.inputs import read_inputs
     from asr.decode.wer import ErrorCounter
     from asr.evaluation.split import usable_cuts
-    from asr.interop.sherpa_check import compare, export_layout, normalize, sherpa_frames_agreement
+    from asr.interop.sherpa_check import compare, export_layout, normalize, sherpa_frames_agreement, with_onsets
     from asr.train.checkpoint import load_model
 
     set_threads(args.threads)
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         usable = list(usable_cuts(inputs.cuts, max_utts=args.max_utts, skipped=skipped, references=inputs.references))
         keys = [cut.id for cut, _, _ in usable]
         refs = [normalize(text) for _, text, _ in usable]
-        waves = [audio.numpy() for _, _, audio in usable]
+        waves = with_onsets([audio.numpy() for _, _, audio in usable], args.onset_jitter, args.seed)
         result = compare(args.export_dir, model, tokenizer, features, keys, waves, args.threads,
                          args.lead_seconds)
         on_sherpa_frames = sherpa_frames_agreement(export_layout(args.export_dir), model, tokenizer, features,

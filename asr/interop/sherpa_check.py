@@ -50,6 +50,16 @@ def with_tail(layout, waves: list[np.ndarray], lead_s: float = 0.0) -> list[np.n
     return [np.concatenate([lead, np.asarray(w, np.float32), tail]) for w in waves]
 
 
+def with_onsets(waves: list[np.ndarray], jitter_s: float, seed: int = 0) -> list[np.ndarray]:
+    """Each wave after its own run of zeros, uniform in [0, ``jitter_s``) seconds (seeded): speech that starts
+    anywhere in a chunk, as a microphone's does, where a trimmed file's starts with the first chunk."""
+    if jitter_s < 0:
+        raise ValueError(f"jitter_s ({jitter_s}) must be >= 0.")
+    leads = np.random.default_rng(seed).uniform(0.0, jitter_s, len(waves)) if jitter_s > 0 else np.zeros(len(waves))
+    return [np.concatenate([np.zeros(int(lead * SAMPLE_RATE), np.float32), np.asarray(w, np.float32)])
+            for lead, w in zip(leads, waves)]
+
+
 def normalize(text: str) -> str:
     """Lower case, <unk> dropped (our tokenizers drop it from text), single spaces."""
     return " ".join(text.replace(UNK_SYMBOL, "").lower().split())

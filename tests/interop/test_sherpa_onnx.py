@@ -336,3 +336,18 @@ def test_check_sherpa_script_reports_the_identical_fraction_and_both_wers(traine
     assert "identical text 4/4 (100.00%)" in res.stdout and "WER ours (streaming CTC greedy)" in res.stdout
     summary = json.loads((tmp_path / "check.json").read_text())["summary"]
     assert summary["identical"] == summary["utterances"] == 4 and summary["wer_ours"] == summary["wer_sherpa"]
+
+
+def test_onsets_put_seeded_zeros_of_their_own_before_each_wave():
+    from asr.interop.sherpa_check import with_onsets
+
+    waves = [np.full(800, 0.5, np.float32), np.full(1600, -0.25, np.float32), np.ones(400, np.float32)] * 10
+    moved = with_onsets(waves, 0.64, seed=3)
+    leads = [len(m) - len(w) for m, w in zip(moved, waves)]
+    assert all(0 <= n < 0.64 * 16000 for n in leads) and len(set(leads)) > 20  # drawn per wave, within the range
+    assert all(not m[:n].any() and np.array_equal(m[n:], w) for m, w, n in zip(moved, waves, leads))
+    assert [len(m) for m in with_onsets(waves, 0.64, seed=3)] == [len(m) for m in moved]  # seeded
+    assert [len(m) for m in with_onsets(waves, 0.64, seed=4)] != [len(m) for m in moved]
+    assert all(np.array_equal(m, w) for m, w in zip(with_onsets(waves, 0.0), waves))
+    with pytest.raises(ValueError, match="jitter_s"):
+        with_onsets(waves, -0.1)
