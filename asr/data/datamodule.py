@@ -242,6 +242,7 @@ class AsrDataModule(L.LightningDataModule):
     def _loader(self, dataset: AsrDataset, sampler, stop_with_first_rank: bool = False) -> SkipCountingLoader:
         loader = DataLoader(
             dataset, sampler=sampler, batch_size=None, num_workers=self.num_workers,
+            # workers start anew each epoch from the dataset, so what its set_epoch set reaches them
             persistent_workers=False,
         )
         return SkipCountingLoader(loader, self._skipped, world_size=self._dist()[0],
