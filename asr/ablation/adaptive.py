@@ -100,9 +100,7 @@ def mark_trained(run_dir: Path, steps: int, wall_s: float, peak_rss_mb: float) -
     before = read_trained(run_dir)
     record = {"steps": steps, "wall_s": before["wall_s"] + wall_s,
               "peak_rss_mb": max(before["peak_rss_mb"], peak_rss_mb)}
-    path = Path(run_dir) / RUNG_DIR / TRAINED_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record))
+    _write_trained(run_dir, record)
     return record
 
 
@@ -110,7 +108,13 @@ def add_dev_seconds(run_dir: Path, seconds: float) -> None:
     """Count a rung's dev decode in the run's ``wall_s`` (the rung's training is already recorded)."""
     record = read_trained(run_dir)
     record["wall_s"] += seconds
-    (Path(run_dir) / RUNG_DIR / TRAINED_FILE).write_text(json.dumps(record))
+    _write_trained(run_dir, record)
+
+
+def _write_trained(run_dir: Path, record: dict) -> None:
+    path = Path(run_dir) / RUNG_DIR / TRAINED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
 
 
 def steps_reached(run_dir: Path) -> int | None:
