@@ -55,7 +55,7 @@ def with_onsets(waves: list[np.ndarray], jitter_s: float, seed: int = 0) -> list
     anywhere in a chunk, as a microphone's does, where a trimmed file's starts with the first chunk."""
     if jitter_s < 0:
         raise ValueError(f"jitter_s ({jitter_s}) must be >= 0.")
-    leads = np.random.default_rng(seed).uniform(0.0, jitter_s, len(waves)) if jitter_s > 0 else np.zeros(len(waves))
+    leads = np.random.default_rng(seed).uniform(0.0, jitter_s, len(waves))  # all 0 when jitter_s is 0
     return [np.concatenate([np.zeros(int(lead * SAMPLE_RATE), np.float32), np.asarray(w, np.float32)])
             for lead, w in zip(leads, waves)]
 
