@@ -36,7 +36,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
-from asr.data.dataset import AsrDataset, cut_text, new_skip_registry
+from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
@@ -124,8 +124,7 @@ class AsrDataModule(L.LightningDataModule):
         if min_duration < 0 or min_duration >= max_duration_per_utt:
             raise ValueError(f"need 0 <= min_duration ({min_duration}) < max_duration_per_utt "
                              f"({max_duration_per_utt})")
-        if lead_in_from_epoch < 0:
-            raise ValueError(f"lead_in_from_epoch ({lead_in_from_epoch}) must be >= 0")
+        check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)  # here, before a run starts
         if bucket_buffer_size < 1:
             raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
         if feature_store and shar_dir:

@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 Skipped = list[tuple[str, str]]  # (reason, cut id)
 
 
+def check_lead_in(prob: float, max_s: float, from_epoch: int) -> None:
+    """The lead-in settings (:meth:`AsrDataset.with_lead_in`), or a ValueError naming them."""
+    if not 0.0 <= prob <= 1.0 or max_s < 0 or from_epoch < 0:
+        raise ValueError(f"lead_in_prob ({prob}) must be in [0, 1], lead_in_max_s ({max_s}) >= 0 and "
+                         f"lead_in_from_epoch ({from_epoch}) >= 0")
+
+
 class AsrDataset(torch.utils.data.Dataset):
     """CutSet -> (Batch, skipped, seconds read). Token ids come from `tokenizer.encode` of
     the cut's text (the data module has already dropped cuts whose text has no content)."""
@@ -45,9 +52,7 @@ class AsrDataset(torch.utils.data.Dataset):
         lead_in_max_s: float = 0.0,
         lead_in_from_epoch: int = 0,
     ) -> None:
-        if not 0.0 <= lead_in_prob <= 1.0 or lead_in_max_s < 0 or lead_in_from_epoch < 0:
-            raise ValueError(f"lead_in_prob ({lead_in_prob}) must be in [0, 1], lead_in_max_s ({lead_in_max_s}) "
-                             f">= 0 and lead_in_from_epoch ({lead_in_from_epoch}) >= 0")
+        check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)
         self.tokenizer = tokenizer
         self.extractor = extractor
         self.speed_perturb = speed_perturb
