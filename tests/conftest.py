@@ -26,8 +26,21 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
-    """Each device the tests can use: model code must take its device from its inputs."""
-    return torch.device(request.param)
+    """Each device the tests can use: model code must take its device from its inputs.
+
+    On cuda, TensorFloat-32 is off for the test: cuDNN's convolutions use it by default (10-bit
+    mantissas, differences near 1e-3), which would hide our own errors below that size. The tests
+    compare against the CPU and against the chunk-masked forward at fp32 tolerances.
+    """
+    if request.param != "cuda":
+        yield torch.device(request.param)
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield torch.device(request.param)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ A lent device (the device tool here) gives a session about 15 minutes in all and
 most 10, so the whole plan (hours) cannot run there. ``--lease`` is the plan sized for one such
 command, under a 9-minute budget (``--budget-minutes``): env; the tests whose ``device`` fixture
 is cuda in tests/model, tests/streaming and tests/train (``-k cuda``); the attention benchmark;
-a short throughput comparison (eager against compiled blocks, 30 batches). A step that the
+a short eager throughput run (10 batches). A step that the
 budget no longer fits is recorded as not run. The device's image has torch, torchaudio,
 lightning and sentencepiece but not hydra, lhotse and a few more that this code imports:
 ``--fetch-wheels DIR`` downloads them here (the versions installed here, for the device's
@@ -123,8 +123,10 @@ def lease_plan(out: Path) -> list[Step]:
              ((PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", "--timeout", "120",
                "tests/model", "tests/streaming", "tests/train"),), 210),
         Step("attention", "attention cores on the GPU, fp32 and bf16, ratios to flash SDPA", attention, 90),
-        Step("throughput", "LibriSpeech-sized model, eager vs compiled blocks, bf16, 30 synthetic batches",
-             (_throughput_command("eager,blocks", 30, 10),), 210),
+        # Eager only: compiling the blocks for the duration-bucketed shapes did not finish its warm-up
+        # within 280 s on an H200, so the compiled comparison belongs to the full plan.
+        Step("throughput", "LibriSpeech-sized model, eager, bf16, 10 synthetic batches",
+             (_throughput_command("eager", 10, 3),), 90),
     ]
 
 
@@ -231,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen -= set(args.skip.split(",")) if args.skip else set()
     unknown = chosen - set(names)
     if unknown:
-        parser.error(f"unknown step(s) {sorted(unknown)}; steps: {', '.join(names)}")
+        other = [s.name for s in (plan(out, args.data_dir, args.throughput_steps) if args.lease else lease_plan(out))]
+        hint = f" (without --lease: {', '.join(other)})" if args.lease else f" (with --lease: {', '.join(other)})"
+        parser.error(f"unknown step(s) {sorted(unknown)}; steps: {', '.join(names)}{hint}")
     steps = [s for s in steps if s.name in chosen]
     if args.dry_run:
         budget = f", budget {budget_min:g} min" if budget_min is not None else ""

@@ -55,13 +55,17 @@ def test_lease_plan_fits_one_device_command(capsys):
     assert "4 step(s)" in plan and "budget 9 min" in plan
     for name in ("env", "cuda_tests", "attention", "throughput"):
         assert f". {name}:" in plan
-    assert "-k cuda" in plan and "quickstart.py" not in plan and "--steps 30" in plan
+    assert "-k cuda" in plan and "quickstart.py" not in plan and "--compare eager --synthetic" in plan
     # The device tool runs one command for at most 10 minutes: the steps' own limits fit inside it.
     assert sum(step.timeout_s for step in gpu_check.lease_plan(Path("/tmp/gc"))) <= 9 * 60
     assert gpu_check.main(["--dry-run", "--budget-minutes", "2.5"]) == 0
     assert "budget 2.5 min" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         gpu_check.main(["--dry-run", "--budget-minutes", "0"])
+    # A lease step named without --lease: the error says which flag has it.
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--dry-run", "--only", "cuda_tests"])
+    assert "with --lease: env, cuda_tests" in capsys.readouterr().err
 
 
 def test_a_step_is_cut_at_what_is_left_of_the_budget(tmp_path):
