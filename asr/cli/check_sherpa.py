@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     sources = [*args.inputs, *([args.cuts] if args.cuts else [])]
     if not sources:
         parser.error("name the audio to decode (inputs or --cuts)")
+    if not (args.export_dir / "model.onnx").is_file():
+        parser.error(f"no model.onnx in {args.export_dir}: export the checkpoint first, with python scripts/export.py "
+                     f"--checkpoint {args.checkpoint} --out-dir {args.export_dir} --format sherpa-onnx")
 
     from asr.data.features import FeatureConfig
     from asr.data.inputs import read_inputs

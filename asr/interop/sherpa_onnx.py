@@ -18,10 +18,12 @@ frontend hold, exactly:
     length                  (B,)       int64  W (unused: every chunk is whole)
     cache_last_channel      (B, L, M, 2D)     per block, the keys | values of the last M frames,
                                               left-padded: the last min(time, M) rows are real
-    cache_last_time         (B, 1, 1, L*D*K [+ F [+ 2]])  the conv caches, flattened, then (with
-                                              online CMN) the running sum of the frames that counted,
-                                              and (with its speech gate) their count and the gate's
-                                              level (all zero at the start, as sherpa-onnx makes it)
+    cache_last_time         (B, 1, 1, L*D*K [+ F [+ 2 [+ 1]]])  the conv caches, flattened, then
+                                              (with online CMN) the running sum of the frames that
+                                              counted, (with its speech gate) their count and the
+                                              gate's level, and (with its noise tracker) the floor's
+                                              depth below its ceiling (all zero at the start, as
+                                              sherpa-onnx makes it)
     cache_last_channel_len  (B,)       int64  the stream's time: encoder frames emitted
 
 outputs: log_probs (B, C, V), log_probs_length (B,), then the three next states. Chunk i
@@ -80,13 +82,16 @@ class SherpaLayout:
     online_cmn_frames: float  # 0: off (no sums in the state)
     pos_enc: str
     online_cmn_gate_db: float = 0.0  # > 0: the state also holds the gate's count and level
+    online_cmn_noise_snr_db: float = 0.0  # > 0: and the noise tracker's floor
 
     @property
     def cmn_size(self) -> int:
-        """Floats of the online CMN's state: its sums (F), and with a speech gate its count and level."""
+        """Floats of the online CMN's state: its sums (F), with a speech gate its count and level, and with
+        the gate's noise tracker its floor."""
         if self.online_cmn_frames <= 0:
             return 0
-        return self.input_dim + (2 if self.online_cmn_gate_db > 0 else 0)
+        gate = 2 if self.online_cmn_gate_db > 0 else 0
+        return self.input_dim + gate + (1 if gate and self.online_cmn_noise_snr_db > 0 else 0)
 
     @property
     def cache_frames(self) -> int:
@@ -206,7 +211,8 @@ class SherpaCtcStep(nn.Module):
         self.encoder = encoder
         self.layout = SherpaLayout(**stream_sizes(model, chunk_size, left_chunks),
                                    online_cmn_frames=encoder.online_cmn_frames,
-                                   online_cmn_gate_db=encoder.online_cmn_gate_db)
+                                   online_cmn_gate_db=encoder.online_cmn_gate_db,
+                                   online_cmn_noise_snr_db=encoder.online_cmn_noise_snr_db)
 
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
         """Zero features of a first chunk and the initial state of ``batch_size`` streams (for tracing)."""
@@ -216,25 +222,29 @@ class SherpaCtcStep(nn.Module):
         return (feats, length, *(torch.from_numpy(t) for t in lay.initial_state(batch_size)))
 
     def _online_cmn(self, feats: torch.Tensor, saved: torch.Tensor, time: torch.Tensor):
-        """Running-mean normalization of feats (B, W, F) that follow the frames behind ``saved`` (B, F [+ 2]);
+        """Running-mean normalization of feats (B, W, F) that follow the frames behind ``saved`` (B, F [+ 2 [+ 1]]);
         returns the frames and the saved state after the chunk's first S frames (what the next chunk follows).
         ``asr.model.normalization.OnlineCmn``'s own arithmetic, batched over streams of any age: the saved
-        sums, then (with a speech gate) the count of frames that counted and the gate's level; without a
-        gate every frame counts, so the count is the stream's frame time."""
+        sums, then (with a speech gate) the count of frames that counted and the gate's level, then (with its
+        noise tracker) the floor; without a gate every frame counts, so the count is the stream's frame time."""
         lay, norm = self.layout, self.encoder.online_cmn()
         F = lay.input_dim
         saved = saved.double()
+        tracked = norm.gate is not None and norm.gate.noise_snr_db > 0
         if norm.gate is None:
             count, level = (time * lay.subsampling).double(), torch.zeros_like(saved[:, 0])
         else:
             count, level = saved[:, F], saved[:, F + 1]
+        noise = saved[:, F + 2] if tracked else torch.zeros_like(saved[:, 0])
         x = feats.double()
-        frame_mean, after = norm.running(x, CmnState(saved[:, :F], count, level))  # (B, W, F), state per frame
+        frame_mean, after = norm.running(x, CmnState(saved[:, :F], count, level, noise))  # (B, W, F), per frame
         out = (x - frame_mean + norm.global_mean).to(feats.dtype)
         last = lay.shift - 1
         kept = [after.sums[:, last]]
         if norm.gate is not None:
             kept += [after.count[:, last, None], after.level[:, last, None]]
+        if tracked:
+            kept += [after.noise[:, last, None]]
         return out, torch.cat(kept, dim=1).to(feats.dtype)
 
     def forward(self, audio_signal, length, cache_last_channel, cache_last_time, cache_last_channel_len):
@@ -244,7 +254,7 @@ class SherpaCtcStep(nn.Module):
         Dh = D // H
         time = cache_last_channel_len  # (B,)
         feats = audio_signal.transpose(1, 2)  # (B, W, F)
-        flat = cache_last_time[:, 0, 0]  # (B, L*D*K [+ F [+ 2]])
+        flat = cache_last_time[:, 0, 0]  # (B, L*D*K [+ F [+ 2 [+ 1]]])
         conv = flat[:, : lay.conv_size].reshape(B, lay.num_layers, D, lay.conv_context)
         if lay.online_cmn_frames > 0:
             feats, sums = self._online_cmn(feats, flat[:, lay.conv_size :], time)
@@ -269,7 +279,7 @@ class SherpaCtcStep(nn.Module):
             log_probs,
             torch.full_like(time, C),
             torch.stack(next_kv, dim=1),  # (B, L, M, 2D)
-            torch.cat(parts, dim=1)[:, None, None],  # (B, 1, 1, L*D*K [+ F [+ 2]])
+            torch.cat(parts, dim=1)[:, None, None],  # (B, 1, 1, L*D*K [+ F [+ 2 [+ 1]]])
             time + C,
         )
 

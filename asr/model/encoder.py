@@ -58,6 +58,9 @@ class ConformerEncoder(nn.Module):
         online_cmn_gate_db: > 0: the running mean learns only from frames within this many dB of
             the tracked speech level (:class:`SpeechGate`), so silence, hum and pauses do not move
             it; 0: from every frame.
+        online_cmn_noise_snr_db: > 0 (with the gate): frames less than this many dB above the
+            tracked noise floor do not count either (``SpeechGate.noise_snr_db``), which keeps a
+            loud stationary floor out; 0: no noise tracker.
         conv_norm: the conv module's norm, ``layer_norm`` or ``none`` (see
             :class:`~asr.model.conformer.ConvModule`).
         conv_causal_pad: where a causal conv module's left context lives, ``depthwise``
@@ -81,6 +84,7 @@ class ConformerEncoder(nn.Module):
         xscale: bool = True,
         online_cmn_frames: float = 0.0,
         online_cmn_gate_db: float = 0.0,
+        online_cmn_noise_snr_db: float = 0.0,
         conv_norm: str = "layer_norm",
         conv_causal_pad: str = "depthwise",
         **scheme_options,
@@ -96,8 +100,14 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"online_cmn_frames ({online_cmn_frames}) must be >= 0 (0: off).")
         if not online_cmn_gate_db >= 0:
             raise ValueError(f"online_cmn_gate_db ({online_cmn_gate_db}) must be >= 0 (0: every frame counts).")
+        if not online_cmn_noise_snr_db >= 0:
+            raise ValueError(f"online_cmn_noise_snr_db ({online_cmn_noise_snr_db}) must be >= 0 (0: no noise tracker).")
+        if online_cmn_noise_snr_db > 0 and not online_cmn_gate_db > 0:
+            raise ValueError(f"online_cmn_noise_snr_db ({online_cmn_noise_snr_db}) needs the speech gate: "
+                             "set online_cmn_gate_db > 0 too.")
         self.online_cmn_frames = float(online_cmn_frames)
         self.online_cmn_gate_db = float(online_cmn_gate_db)
+        self.online_cmn_noise_snr_db = float(online_cmn_noise_snr_db)
         self.register_buffer("cmvn_mean", torch.zeros(input_dim))
         self.register_buffer("cmvn_istd", torch.ones(input_dim))
         self.subsampling = Conv2dSubsampling(input_dim, d_model, subsampling, subsampling_channels)
@@ -147,7 +157,9 @@ class ConformerEncoder(nn.Module):
         a streaming frontend applies ``online_cmn().stream()`` to its frames before ``stream_step``."""
         if self.online_cmn_frames == 0:
             return None
-        gate = SpeechGate(margin_db=self.online_cmn_gate_db) if self.online_cmn_gate_db > 0 else None
+        gate = None
+        if self.online_cmn_gate_db > 0:
+            gate = SpeechGate(margin_db=self.online_cmn_gate_db, noise_snr_db=self.online_cmn_noise_snr_db)
         return OnlineCmn(self.cmvn_mean, self.online_cmn_frames, gate)
 
     def _check_feats(self, feats: torch.Tensor) -> None:
@@ -320,7 +332,8 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
     causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
-    xscale=True, online_cmn_frames=0.0, online_cmn_gate_db=0.0, conv_norm="layer_norm", conv_causal_pad="depthwise")
+    xscale=True, online_cmn_frames=0.0, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0,
+    conv_norm="layer_norm", conv_causal_pad="depthwise")
     or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """

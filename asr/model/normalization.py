@@ -33,20 +33,40 @@ class SpeechGate:
     whatever the tracker did. A frame that does not count is still normalized (by the mean
     of the frames that did).
 
+    A loud noise floor (white noise at -50 dBFS reads only about 4 dB under the global mean's
+    level) passes both tests: no level tells it from speech. What tells it apart is that it
+    stays put. With ``noise_snr_db`` > 0 a second tracker follows the quietest recent level,
+
+        N_t = min(e_t, N_{t-1} + rise)        N_{-1} = above any frame (the first frame sets it)
+        frame t also needs  e_t >= N_t + noise_snr
+
+    so a stationary floor, whatever its level, sits within ``noise_snr`` of N and does not
+    count, while speech, which rises well above its own pauses and closures, does. N rises
+    slowly (``noise_rise_db_per_s``) so that it follows a floor that gets louder. The cost: a
+    frame within ``noise_snr`` of the quietest frame so far never counts, the stream's first
+    frame included.
+
     Args:
         margin_db: frames more than this below the tracked level do not count (> 0).
         decay_db_per_s: how fast the tracked level falls while frames are quieter (> 0).
         floor_db: frames more than this below the global mean's level never count (> 0).
+        noise_snr_db: frames less than this above the tracked noise floor do not count (0: no
+            noise tracker).
+        noise_rise_db_per_s: how fast the tracked noise floor rises while frames are louder (> 0).
     """
 
     margin_db: float = 20.0
     decay_db_per_s: float = 1.0
     floor_db: float = 50.0
+    noise_snr_db: float = 0.0
+    noise_rise_db_per_s: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("margin_db", "decay_db_per_s", "floor_db"):
+        for name in ("margin_db", "decay_db_per_s", "floor_db", "noise_rise_db_per_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SpeechGate.{name} ({getattr(self, name)}) must be > 0.")
+        if not self.noise_snr_db >= 0:
+            raise ValueError(f"SpeechGate.noise_snr_db ({self.noise_snr_db}) must be >= 0 (0: no noise tracker).")
 
     @property
     def margin(self) -> float:
@@ -61,6 +81,21 @@ class SpeechGate:
     def floor(self) -> float:
         return self.floor_db * NATS_PER_DB
 
+    @property
+    def noise_snr(self) -> float:
+        return self.noise_snr_db * NATS_PER_DB
+
+    @property
+    def noise_rise(self) -> float:
+        """Nats per frame."""
+        return self.noise_rise_db_per_s * NATS_PER_DB / FRAMES_PER_S
+
+
+# Where the noise tracker's floor starts, in nats above the global mean's level (434 dB: above any
+# frame). The state holds the floor as its depth below this, so a new stream's state is all zeros,
+# as sherpa-onnx makes it.
+NOISE_CEILING = 100.0
+
 
 @dataclass
 class CmnState:
@@ -70,11 +105,14 @@ class CmnState:
     count: (...,) float64, how many frames counted.
     level: (...,) float64, the gate's tracked level minus the global mean's level (0 at the start; unused
         without a gate).
+    noise: (...,) float64, :data:`NOISE_CEILING` minus the noise tracker's floor (against the global
+        mean's level); 0 at the start, the floor at the ceiling; unused without the tracker.
     """
 
     sums: torch.Tensor
     count: torch.Tensor
     level: torch.Tensor
+    noise: torch.Tensor
 
 
 class OnlineCmn:
@@ -114,27 +152,39 @@ class OnlineCmn:
     def initial_state(self, lead: tuple[int, ...] = (), device=None) -> CmnState:
         """The state before any frame, for frames with leading axes ``lead``."""
         zeros = torch.zeros(lead, dtype=torch.float64, device=device)
-        return CmnState(zeros.unsqueeze(-1).expand(*lead, self.global_mean.numel()).clone(), zeros, zeros.clone())
+        return CmnState(zeros.unsqueeze(-1).expand(*lead, self.global_mean.numel()).clone(), zeros, zeros.clone(),
+                        zeros.clone())
 
     def running(self, x: torch.Tensor, state: CmnState) -> tuple[torch.Tensor, CmnState]:
         """x (..., T, F) float64 frames after ``state`` -> the mean m_t of each frame (..., T, F) and the
-        running state after each frame (sums (..., T, F), count and level (..., T))."""
+        running state after each frame (sums (..., T, F), count, level and noise (..., T))."""
         mean = self.global_mean.to(x.device)
-        if self.gate is None:
+        gate = self.gate
+        if gate is None:
             weight = torch.ones_like(x[..., 0])  # (..., T)
             level = state.level.unsqueeze(-1).expand_as(weight)
         else:
-            gate = self.gate
             energy = x.mean(-1) - mean.mean()  # (..., T) each frame's level against the global mean's
             steps = torch.arange(x.size(-2), dtype=x.dtype, device=x.device)  # (T,)
             # R_t = max(R_{t-1} - d, e_t) unrolled: max(R_{-1} - d(t+1), max_{s<=t} e_s - d(t-s))
             lifted = running_max(energy + gate.decay * steps)  # (..., T)
             level = torch.maximum(lifted, (state.level - gate.decay).unsqueeze(-1)) - gate.decay * steps
-            weight = ((energy >= level - gate.margin) & (energy >= -gate.floor)).to(x.dtype)
+            counts = (energy >= level - gate.margin) & (energy >= -gate.floor)  # (..., T)
+        if gate is None or gate.noise_snr_db == 0:
+            noise = state.noise.unsqueeze(-1).expand_as(level)
+        else:
+            # N_t = min(N_{t-1} + r, e_t) unrolled: min(N_{-1} + r(t+1), min_{s<=t} e_s + r(t-s))
+            lowered = -running_max(-(energy - gate.noise_rise * steps))  # (..., T)
+            before = NOISE_CEILING - state.noise  # (...,) N_{-1}
+            floor = torch.minimum(lowered, (before + gate.noise_rise).unsqueeze(-1)) + gate.noise_rise * steps
+            counts = counts & (energy >= floor + gate.noise_snr)
+            noise = NOISE_CEILING - floor
+        if gate is not None:
+            weight = counts.to(x.dtype)
         sums = (x * weight.unsqueeze(-1)).cumsum(-2) + state.sums.unsqueeze(-2)  # (..., T, F)
         count = weight.cumsum(-1) + state.count.unsqueeze(-1)  # (..., T)
         frame_mean = (self.prior_frames * mean + sums) / (self.prior_frames + count).unsqueeze(-1)
-        return frame_mean, CmnState(sums, count, level)
+        return frame_mean, CmnState(sums, count, level, noise)
 
     def apply(self, feats: torch.Tensor, state: CmnState | None = None) -> tuple[torch.Tensor, CmnState]:
         """Normalize (..., T, F) frames that follow ``state`` (None: the first frames of their utterance).
@@ -150,7 +200,7 @@ class OnlineCmn:
         x = feats.to(torch.float64)
         frame_mean, after = self.running(x, state)
         out = (x - frame_mean + self.global_mean.to(x.device)).to(feats.dtype)
-        last = CmnState(after.sums[..., -1, :], after.count[..., -1], after.level[..., -1])
+        last = CmnState(after.sums[..., -1, :], after.count[..., -1], after.level[..., -1], after.noise[..., -1])
         return out, last
 
     def __call__(self, feats: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from asr.interop.sherpa_onnx import (
     INPUT_NAMES, OUTPUT_NAMES, SherpaCtcStep, SherpaExportError, SherpaRunner, check_exportable,
     export_sherpa_onnx, sherpa_feature_problems,
 )
+from asr.model import normalization
 from asr.model.asr_model import build_asr_model
 from asr.train.checkpoint import load_model
 from asr.train.run import train
@@ -115,12 +116,14 @@ def test_streams_of_different_ages_in_one_batch_equal_each_alone(exported):
         assert np.abs(b.astype(np.float64) - np.concatenate([a0, a1])).max() < 1e-5
 
 
-def test_graph_equals_eager_streaming_with_a_speech_gated_online_cmn(tmp_path):
-    """The gate's count and level ride in the state after the conv caches and the sums."""
-    model, tok = random_model(online_cmn_gate_db=20.0, seed=3)
+@pytest.mark.parametrize("noise_snr_db", [0.0, 6.0])
+def test_graph_equals_eager_streaming_with_a_speech_gated_online_cmn(tmp_path, noise_snr_db):
+    """The gate's count and level ride in the state after the conv caches and the sums, then the noise
+    tracker's floor."""
+    model, tok = random_model(online_cmn_gate_db=20.0, seed=3, online_cmn_noise_snr_db=noise_snr_db)
     export_sherpa_onnx(SherpaCtcStep(model, C, LEFT), tok, tmp_path)
     runner = SherpaRunner(tmp_path / "model.onnx")
-    assert runner.layout.time_dims[2] == runner.layout.conv_size + 80 + 2
+    assert runner.layout.time_dims[2] == runner.layout.conv_size + 80 + 2 + (noise_snr_db > 0)
     wave = noise(3.0, 7, 16000)
     wave[:8000] *= 1e-3  # half a second 60 dB down, then speech-level noise, then a quiet pause
     wave[24000:36000] *= 1e-3
@@ -128,6 +131,8 @@ def test_graph_equals_eager_streaming_with_a_speech_gated_online_cmn(tmp_path):
     norm = model.encoder.online_cmn()
     _, state = norm.apply(feats[:200])
     assert 0 < float(state.count) < 200  # the gate left the quiet frames out: the test exercises it
+    if noise_snr_db > 0:  # and the tracker's floor moved off its ceiling
+        assert 0 < float(state.noise) < 2 * normalization.NOISE_CEILING
     got = torch.from_numpy(runner.log_probs(feats.numpy()))
     want = eager_log_probs(model, wave)[: got.size(0)]
     assert (got - want).abs().max() < 1e-4
@@ -336,6 +341,14 @@ def test_check_sherpa_script_reports_the_identical_fraction_and_both_wers(traine
     assert "identical text 4/4 (100.00%)" in res.stdout and "WER ours (streaming CTC greedy)" in res.stdout
     summary = json.loads((tmp_path / "check.json").read_text())["summary"]
     assert summary["identical"] == summary["utterances"] == 4 and summary["wer_ours"] == summary["wer_sherpa"]
+
+
+def test_check_sherpa_script_without_an_export_says_how_to_make_one(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "scripts/check_sherpa.py"), "--checkpoint", "some.ckpt",
+                          "--export-dir", str(tmp_path / "none"), "--cuts", "cuts.jsonl.gz"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "no model.onnx in" in res.stderr and "--format sherpa-onnx" in res.stderr
 
 
 def test_onsets_put_seeded_zeros_of_their_own_before_each_wave():

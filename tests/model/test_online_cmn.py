@@ -81,14 +81,19 @@ def test_bad_settings_are_refused():
 
 
 def gated_reference(feats, mean, prior, gate):
-    """The speech-gated running mean frame by frame in float64, straight from SpeechGate's formula."""
+    """The speech-gated running mean frame by frame in float64, straight from SpeechGate's formulas
+    (the noise tracker's too when ``gate.noise_snr_db`` > 0)."""
     mean = mean.double()
     global_level = float(mean.mean())
-    level, total, count, out = global_level, torch.zeros_like(mean), 0.0, []
+    level, noise_floor, total, count, out = global_level, float("inf"), torch.zeros_like(mean), 0.0, []
     for frame in feats.double():
         energy = float(frame.mean())
         level = max(level - gate.decay, energy)
-        if energy >= level - gate.margin and energy >= global_level - gate.floor:
+        noise_floor = min(noise_floor + gate.noise_rise, energy)
+        counts = energy >= level - gate.margin and energy >= global_level - gate.floor
+        if gate.noise_snr_db > 0:
+            counts = counts and energy >= noise_floor + gate.noise_snr
+        if counts:
             total, count = total + frame, count + 1
         out.append(frame - (prior * mean + total) / (prior + count) + mean)
     return torch.stack(out)
@@ -101,12 +106,12 @@ def session_frames(g, bins=16, speech_level=10.0):
     return torch.cat([quiet(150), speech(120), quiet(90), speech(80), torch.full((20, bins), -15.9)])
 
 
-@pytest.mark.parametrize("margin_db", [10.0, 20.0, 40.0])
-def test_gated_matches_the_float64_reference_and_streams_exactly(margin_db):
+@pytest.mark.parametrize("margin_db,noise_snr_db", [(10.0, 0.0), (20.0, 0.0), (40.0, 0.0), (15.0, 6.0), (20.0, 2.0)])
+def test_gated_matches_the_float64_reference_and_streams_exactly(margin_db, noise_snr_db):
     g = torch.Generator().manual_seed(int(margin_db))
     mean = 10 + 0.5 * torch.randn(16, generator=g)
     feats = session_frames(g)
-    gate = SpeechGate(margin_db=margin_db)
+    gate = SpeechGate(margin_db=margin_db, noise_snr_db=noise_snr_db)
     norm = OnlineCmn(mean, 50.0, gate)
     whole = norm(feats)
     assert torch.allclose(whole.double(), gated_reference(feats, mean, 50.0, gate), atol=1e-5)
@@ -138,6 +143,48 @@ def test_gate_leaves_speech_only_input_unchanged_and_ignores_silence():
     assert torch.allclose(gated(torch.cat([zeros, speech]))[500:], gated(speech), atol=1e-5)
 
 
+def loud_floor_then_speech(g, bins=16, floor_frames=256):
+    """A stationary floor about 4 dB under the global mean's level (as white noise at -50 dBFS reads
+    in sherpa-onnx's fbank), then speech: syllables at the global level and above, closures 20 dB down."""
+    floor = 10 - 0.9 + 0.3 * torch.randn(floor_frames, bins, generator=g)
+    syllables = [torch.cat([10.5 + 2 * torch.randn(18, bins, generator=g), 5.4 + 0.5 * torch.randn(7, bins, generator=g)])
+                 for _ in range(12)]
+    return floor, torch.cat(syllables)
+
+
+def test_noise_tracker_keeps_a_loud_stationary_floor_out_and_counts_speech():
+    g = torch.Generator().manual_seed(5)
+    mean = 10 + 0.5 * torch.randn(16, generator=g)
+    floor, speech = loud_floor_then_speech(g)
+    gate, tracked = OnlineCmn(mean, 50.0, SpeechGate(margin_db=15.0)), OnlineCmn(
+        mean, 50.0, SpeechGate(margin_db=15.0, noise_snr_db=6.0))
+    # the floor passes the level gate (it reads at speech level) but not the tracker
+    assert float(gate.apply(floor)[1].count) == floor.size(0)
+    assert float(tracked.apply(floor)[1].count) == 0
+    # so the speech after it is normalized almost as if the stream had started with it, and far
+    # closer than with the level gate alone
+    fresh = tracked(speech)
+    after_tracked = tracked(torch.cat([floor, speech]))[floor.size(0):]
+    after_gate = gate(torch.cat([floor, speech]))[floor.size(0):]
+    assert (after_tracked - fresh).abs().mean() < 0.1 * (after_gate - gate(speech)).abs().mean()
+    # on speech alone it counts every syllable frame once a closure has shown where the floor is, and
+    # no closure frame: the first syllable, with nothing quieter before it, could be a floor
+    _, after = tracked.running(speech.double(), tracked.initial_state())
+    counted = torch.diff(after.count, prepend=torch.zeros(1, dtype=torch.float64)).bool()
+    syllable = torch.tensor(([True] * 18 + [False] * 7) * 12)
+    assert torch.equal(counted, syllable & (torch.arange(speech.size(0)) >= 25))
+
+
+def test_noise_tracker_state_starts_at_zero_and_the_first_frame_sets_the_floor():
+    mean = torch.full((4,), 2.0)
+    norm = OnlineCmn(mean, 10.0, SpeechGate(margin_db=15.0, noise_snr_db=6.0))
+    state = norm.initial_state()
+    assert float(state.noise) == 0.0  # a new stream's state is all zeros (sherpa-onnx makes it so)
+    _, after = norm.apply(torch.full((1, 4), 1.5), state)
+    assert float(after.noise) == pytest.approx(normalization.NOISE_CEILING - (1.5 - 2.0))
+    assert float(after.count) == 0  # a frame is never SNR above itself
+
+
 def test_encoder_builds_the_gate_and_refuses_a_negative_margin():
     kwargs = dict(pos_enc="rel_xl", input_dim=8, d_model=16, num_heads=2, num_layers=1, ffn_dim=16,
                   online_cmn_frames=10.0)
@@ -147,6 +194,14 @@ def test_encoder_builds_the_gate_and_refuses_a_negative_margin():
         build_encoder(**kwargs, online_cmn_gate_db=-1.0)
     with pytest.raises(ValueError, match="margin_db"):
         SpeechGate(margin_db=0.0)
+    tracked = build_encoder(**kwargs, online_cmn_gate_db=15.0, online_cmn_noise_snr_db=6.0).online_cmn().gate
+    assert tracked == SpeechGate(margin_db=15.0, noise_snr_db=6.0)
+    with pytest.raises(ValueError, match="needs the speech gate"):
+        build_encoder(**kwargs, online_cmn_noise_snr_db=6.0)
+    with pytest.raises(ValueError, match="online_cmn_noise_snr_db"):
+        build_encoder(**kwargs, online_cmn_gate_db=15.0, online_cmn_noise_snr_db=-1.0)
+    with pytest.raises(ValueError, match="noise_rise_db_per_s"):
+        SpeechGate(noise_rise_db_per_s=0.0)
 
 
 def test_running_max_traced_form_equals_cummax(monkeypatch):

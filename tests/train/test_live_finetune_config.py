@@ -18,7 +18,7 @@ def test_live_finetune_is_the_quickstart_model_with_the_gate_on_and_its_source_t
     assert live.init_from == "exp/quickstart_rel_xl/checkpoints/avg3.ckpt"
     assert live.finetune.keep_architecture is False  # else the source's encoder, gate off, would be built
     assert live.model.encoder.online_cmn_gate_db > 0 and base.model.encoder.online_cmn_gate_db == 0
-    gate_off = dict(live.model.encoder, online_cmn_gate_db=0.0)
+    gate_off = dict(live.model.encoder, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0)
     assert gate_off == dict(base.model.encoder)  # every tensor of the source fits
     assert live.features == base.features
     assert live.data.data_dir == "data/synth_live" and live.data.tokenizer_path == "data/synth/tokenizer"
