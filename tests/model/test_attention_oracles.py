@@ -151,6 +151,20 @@ def test_rel_bias_equals_definition(c, k):
     torch.testing.assert_close(s(q, keys, v, mask), softmax_reference(expected, v, mask) @ v)
 
 
+@pytest.mark.parametrize("c, k", SHAPES)
+def test_rel_bias_table_gradient_equals_the_indexed_reference(c, k):
+    """The dense bias's backward (band sums) against autograd through plain indexing, float64."""
+    from asr.model.scorers.band import clipped_distance_index
+
+    s = scorer("rel_bias", max_distance=2)
+    grad = torch.randn(H, c, k, dtype=torch.float64, generator=torch.Generator().manual_seed(c * 31 + k))
+    (s.bias(c, k) * grad).sum().backward()
+    table = s.rel_bias.detach().clone().requires_grad_()
+    (table[:, clipped_distance_index(c, k, 2, table.device)] * grad).sum().backward()
+    torch.testing.assert_close(s.bias(c, k), table[:, clipped_distance_index(c, k, 2, table.device)])
+    torch.testing.assert_close(s.rel_bias.grad, table.grad)
+
+
 def rope_explicit(x, positions, base):
     """Rotate each pair (x_m, x_{m+Dh/2}) as the complex number x_m + i x_{m+Dh/2}."""
     half = x.size(-1) // 2
