@@ -8,6 +8,7 @@ pair's first query may sit before, inside or after its key block.
 * ``band_expand``: (..., C, N) table -> (..., C, K) with out[a, b] = table[a, bucket(a, b)];
 * ``band_sums``: (..., C, K) -> (..., C, N), the sum of each row's entries per bucket
   (the adjoint of ``band_expand``);
+* ``band_expand_summed``: ``band_expand`` with ``band_sums`` as its backward, for tables that train;
 * ``add_band_``: ``band_expand`` added into existing logits, one column when the whole block is
   in an edge bucket (``one_edge_bucket``).
 
@@ -155,6 +156,13 @@ class BandExpand(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         return band_sums(grad, ctx.max_distance), None
+
+
+def band_expand_summed(table: Tensor, keys: int) -> Tensor:
+    """``band_expand`` (default offset) for a table that trains: through :class:`BandExpand`, whose
+    backward sums each bucket's band instead of scattering every (C, K) gradient into its bucket.
+    Traced, plain autograd: BandExpand's backward branches on the sizes in Python."""
+    return band_expand(table, keys) if tracing() else BandExpand.apply(table, keys)
 
 
 def one_edge_bucket(offset: int, buckets: int, queries: int, keys: int) -> bool:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from asr.model.scorers.band import BandExpand, add_band_, band_expand, band_sums
+from asr.model.scorers.band import add_band_, band_expand_summed, band_sums
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
-from asr.model.tracing import tracing
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -28,13 +27,12 @@ class RelBiasScorer(ClippedDistanceScorer):
     def bias(self, queries: int, keys: int) -> Tensor:
         """The (H, C, K) logit bias for C queries that are the last of K keys.
 
-        Why BandExpand: indexing the table by the (C, K) bucket index has a backward that adds C*K
-        gradients into 2k+1 entries a head, which a GPU serializes on atomic adds (dense rel_bias
-        was the slowest scheme on an H200). BandExpand's backward sums each bucket's band with
-        dense reductions instead. Traced, plain autograd: its row blocks branch on the sizes.
+        Why band_expand_summed: indexing the table by the (C, K) bucket index has a backward that adds
+        C*K gradients into 2k+1 entries a head, which a GPU serializes on atomic adds (dense rel_bias
+        was the slowest scheme on an H200); its backward sums each bucket's band with dense reductions.
         """
         table = self.rel_bias[:, None, :].expand(self.num_heads, queries, self.rel_bias.size(1))  # (H, C, N)
-        return band_expand(table, keys) if tracing() else BandExpand.apply(table, keys)  # (H, C, K)
+        return band_expand_summed(table, keys)  # (H, C, K)
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)

@@ -20,10 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from asr.model.scorers.attend import attend, mask_before_softmax
-from asr.model.scorers.band import BandExpand, add_band_, band_expand, band_sums, one_edge_bucket
+from asr.model.scorers.band import add_band_, band_expand, band_expand_summed, band_sums, one_edge_bucket
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
-from asr.model.tracing import tracing
 
 
 class ShawScorer(ClippedDistanceScorer):
@@ -45,8 +44,7 @@ class ShawScorer(ClippedDistanceScorer):
         kk = k.size(2)
         q_s = (q * self.scale).reshape(b * h, c, dh)
         rel = torch.matmul(q_s, self.rel_k.t())  # (B*H, C, 2k+1)
-        # BandExpand's lean backward (row blocks) branches on the sizes: traced, plain autograd.
-        logits = band_expand(rel, kk) if tracing() else BandExpand.apply(rel, kk)  # (B*H, C, K)
+        logits = band_expand_summed(rel, kk)  # (B*H, C, K)
         # Accumulate q k^T into the gathered key term: no second (C, K) buffer.
         return logits.baddbmm_(q_s, k.reshape(b * h, kk, dh).transpose(1, 2))
 
