@@ -163,6 +163,7 @@ class OnlineCmn:
         if gate is None:
             weight = torch.ones_like(x[..., 0])  # (..., T)
             level = state.level.unsqueeze(-1).expand_as(weight)
+            noise = state.noise.unsqueeze(-1).expand_as(weight)
         else:
             energy = x.mean(-1) - mean.mean()  # (..., T) each frame's level against the global mean's
             steps = torch.arange(x.size(-2), dtype=x.dtype, device=x.device)  # (T,)
@@ -170,16 +171,15 @@ class OnlineCmn:
             lifted = running_max(energy + gate.decay * steps)  # (..., T)
             level = torch.maximum(lifted, (state.level - gate.decay).unsqueeze(-1)) - gate.decay * steps
             counts = (energy >= level - gate.margin) & (energy >= -gate.floor)  # (..., T)
-        if gate is None or gate.noise_snr_db == 0:
-            noise = state.noise.unsqueeze(-1).expand_as(level)
-        else:
-            # N_t = min(N_{t-1} + r, e_t) unrolled: min(N_{-1} + r(t+1), min_{s<=t} e_s + r(t-s))
-            lowered = -running_max(-(energy - gate.noise_rise * steps))  # (..., T)
-            before = NOISE_CEILING - state.noise  # (...,) N_{-1}
-            floor = torch.minimum(lowered, (before + gate.noise_rise).unsqueeze(-1)) + gate.noise_rise * steps
-            counts = counts & (energy >= floor + gate.noise_snr)
-            noise = NOISE_CEILING - floor
-        if gate is not None:
+            if gate.noise_snr_db == 0:
+                noise = state.noise.unsqueeze(-1).expand_as(level)
+            else:
+                # N_t = min(N_{t-1} + r, e_t) unrolled: min(N_{-1} + r(t+1), min_{s<=t} e_s + r(t-s))
+                lowered = -running_max(-(energy - gate.noise_rise * steps))  # (..., T)
+                before = NOISE_CEILING - state.noise  # (...,) N_{-1}
+                floor = torch.minimum(lowered, (before + gate.noise_rise).unsqueeze(-1)) + gate.noise_rise * steps
+                counts = counts & (energy >= floor + gate.noise_snr)
+                noise = NOISE_CEILING - floor
             weight = counts.to(x.dtype)
         sums = (x * weight.unsqueeze(-1)).cumsum(-2) + state.sums.unsqueeze(-2)  # (..., T, F)
         count = weight.cumsum(-1) + state.count.unsqueeze(-1)  # (..., T)
