@@ -21,7 +21,10 @@ class DynamicChunkSampler:
     is -1 (unlimited) with probability ``p_unlimited_left``, else uniform in
     ``[0, max_left]``. With ``random_phase`` the chunk grid of a chunked batch also shifts by a
     uniform phase in ``[0, chunk_size)`` (:meth:`phase`), so utterance onsets fall anywhere within
-    a chunk as a live stream's do; without it no draw is spent on the phase.
+    a chunk as a live stream's do; without it no draw is spent on the phase. With
+    ``onset_edge_prob`` > 0, :meth:`onset_edges` chooses the utterances of a chunked batch whose
+    speech onset moves to one of the last ``onset_edge_frames`` frames of a chunk
+    (``asr.train.onsets``); at 0 it draws nothing.
     """
 
     def __init__(
@@ -32,8 +35,10 @@ class DynamicChunkSampler:
         p_unlimited_left: float = 0.5,
         seed: int = 0,
         random_phase: bool = False,
+        onset_edge_prob: float = 0.0,
+        onset_edge_frames: int = 4,
     ) -> None:
-        for name, p in (("p_full", p_full), ("p_unlimited_left", p_unlimited_left)):
+        for name, p in (("p_full", p_full), ("p_unlimited_left", p_unlimited_left), ("onset_edge_prob", onset_edge_prob)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} ({p}) must be a probability in [0, 1].")
         if max_chunk < 1:
@@ -44,7 +49,11 @@ class DynamicChunkSampler:
         self.max_chunk = max_chunk
         self.max_left = max_left
         self.p_unlimited_left = p_unlimited_left
+        if onset_edge_frames < 1:
+            raise ValueError(f"onset_edge_frames ({onset_edge_frames}) must be >= 1.")
         self.random_phase = random_phase
+        self.onset_edge_prob = onset_edge_prob
+        self.onset_edge_frames = onset_edge_frames
         self.generator = torch.Generator().manual_seed(seed)
 
     def _uniform(self) -> float:
@@ -71,6 +80,18 @@ class DynamicChunkSampler:
         if not self.random_phase or chunk_size <= 1:
             return 0
         return self._int(0, chunk_size - 1)
+
+    def onset_edges(self, batch_size: int, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Which utterances of a batch drawn with ``chunk_size`` get their onset at a chunk edge, and
+        where: ``(chosen (B,) bool, edge_offsets (B,) int64 in [1, min(onset_edge_frames, C)])``,
+        offset 1 being the chunk's last frame. None for full context or when ``onset_edge_prob`` is 0
+        (then no draw is spent)."""
+        if self.onset_edge_prob <= 0.0 or chunk_size < 1:
+            return None
+        chosen = torch.rand(batch_size, generator=self.generator) < self.onset_edge_prob
+        edge = min(self.onset_edge_frames, chunk_size)
+        offsets = torch.randint(1, edge + 1, (batch_size,), generator=self.generator)
+        return chosen, offsets
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}
