@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asr.model.ctc import ctc_loss, hold_to_blank, label_smoothing_loss
+from asr.model.ctc import ctc_loss, label_smoothing_loss
 from asr.model.decoder import DecoderState, TransformerDecoder
 from asr.model.encoder import build_encoder
 
@@ -147,7 +147,6 @@ class AsrModel(nn.Module):
         chunk_size: int = 0,
         left_chunks: int = -1,
         chunk_phase: int = 0,
-        blank_only: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Hybrid loss of a batch.
 
@@ -155,18 +154,13 @@ class AsrModel(nn.Module):
             feats: (B, T, F) zero-padded features; feat_lens (B,).
             tokens: (B, U) padded with ignore_id; token_lens (B,).
             chunk_size, left_chunks, chunk_phase: the encoder's attention chunking (``ConformerEncoder.forward``).
-            blank_only: (B, T'') bool, T'' >= T': encoder frames where CTC may emit only blank
-                (``asr.model.ctc.hold_to_blank``); the attention decoder does not see it.
         Returns:
             dict with ``loss`` and ``loss_ctc`` always, ``loss_att`` when a decoder
             exists, ``loss_r2l`` when the right-to-left decoder exists (all scalars).
         """
         enc_out, enc_lens = self.encode(feats, feat_lens, chunk_size, left_chunks, chunk_phase)
         out: dict[str, torch.Tensor] = {}
-        log_probs = self.ctc_log_probs(enc_out)  # (B, T', V)
-        if blank_only is not None:
-            log_probs = hold_to_blank(log_probs, blank_only[:, : log_probs.shape[1]], self.blank_id)
-        out["loss_ctc"] = ctc_loss(log_probs, enc_lens, tokens, token_lens, self.blank_id)
+        out["loss_ctc"] = ctc_loss(self.ctc_log_probs(enc_out), enc_lens, tokens, token_lens, self.blank_id)
         if self.decoder is not None:
             loss_att = self._attention_loss(self.decoder, enc_out, enc_lens, tokens, token_lens)
             if self.r2l_decoder is not None:

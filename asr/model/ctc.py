@@ -101,22 +101,6 @@ def ctc_loss(
     return torch.where(torch.isinf(nll), torch.zeros_like(nll), nll).sum() / B
 
 
-# What a held frame's non-blank entries become: a floor, not -inf, because the CTC backward subtracts
-# an entry's log-probability from its occupancy, and -inf - -inf is NaN.
-HELD_LOG_PROB = -1.0e4
-
-
-def hold_to_blank(log_probs: torch.Tensor, blank_only: torch.Tensor, blank_id: int = 0) -> torch.Tensor:
-    """(B, T', V) log-probs whose frames marked in ``blank_only`` (B, T') can emit only blank.
-
-    Every alignment then passes those frames on blank, so the loss trains them toward blank and puts
-    the tokens elsewhere. The held entries get no gradient; the blank entry keeps its own.
-    """
-    emits = torch.ones(log_probs.shape[-1], dtype=torch.bool, device=log_probs.device)
-    emits[blank_id] = False
-    return log_probs.masked_fill(blank_only[..., None] & emits, HELD_LOG_PROB)
-
-
 def label_smoothing_loss(
     logits: torch.Tensor, targets: torch.Tensor, smoothing: float, ignore_id: int = -1
 ) -> torch.Tensor:

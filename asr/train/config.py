@@ -44,7 +44,6 @@ class StreamingConfig:
     random_phase: bool = False
     onset_edge_prob: float = 0.0
     onset_edge_frames: int = 4
-    onset_hold_frames: int = 0
     val_chunk_size: int = 16
     val_left_chunks: int = -1
 

@@ -29,7 +29,7 @@ from asr.train.checkpoint import TOKENIZER_KEY
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
-from asr.train.onsets import onset_hold_mask, place_onsets_at_chunk_edges, speech_onsets
+from asr.train.onsets import place_onsets_at_chunk_edges
 from asr.train.optim import guard_fused
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
@@ -89,9 +89,6 @@ class AsrLightningModule(pl.LightningModule):
             streaming.p_full, streaming.max_chunk, streaming.max_left, streaming.p_unlimited_left, seed,
             streaming.random_phase, streaming.onset_edge_prob, streaming.onset_edge_frames,
         )
-        if streaming.onset_hold_frames < 0:
-            raise ValueError(f"onset_hold_frames ({streaming.onset_hold_frames}) must be >= 0 (0 disables it).")
-        self.onset_hold_frames = streaming.onset_hold_frames
         self.val_settings = {"val_wer": (0, -1)}
         if streaming.val_chunk_size > 0:
             self.val_settings[f"val_wer_chunk{streaming.val_chunk_size}"] = (
@@ -128,10 +125,10 @@ class AsrLightningModule(pl.LightningModule):
             if self._any_rank_nonfinite(torch.zeros((), device=self.device)):
                 return torch.zeros((), device=self.device, requires_grad=True)
             return self._zero_loss_on_every_parameter()
-        feats, feat_lens, blank_only = self._onsets_at_chunk_edges(batch.feats, batch.feat_lens, chunk_size, chunk_phase)
+        feats, feat_lens = self._onsets_at_chunk_edges(batch.feats, batch.feat_lens, chunk_size, chunk_phase)
         out = self.model(
             feats, feat_lens, batch.tokens, batch.token_lens,
-            chunk_size=chunk_size, left_chunks=left_chunks, chunk_phase=chunk_phase, blank_only=blank_only,
+            chunk_size=chunk_size, left_chunks=left_chunks, chunk_phase=chunk_phase,
         )
         loss = out["loss"]
         if (self.global_rank, self.global_step) == self.debug_nan:
@@ -151,26 +148,18 @@ class AsrLightningModule(pl.LightningModule):
 
     def _onsets_at_chunk_edges(
         self, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size: int, phase: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The chunked batch with chosen onsets moved to chunk edges, and the frames held to blank
-        (``asr.train.onsets``); the batch as read, and no hold, when both options are off."""
-        hold = self.onset_hold_frames if chunk_size > 0 else 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunked batch with chosen onsets moved to chunk edges (``asr.train.onsets``); the batch
+        as read when ``onset_edge_prob`` is 0 or the batch is full context."""
         edges = self.chunks.onset_edges(int(feats.shape[0]), chunk_size)
-        if edges is None and hold == 0:
-            return feats, feat_lens, None
+        if edges is None:
+            return feats, feat_lens
         subsampling = self.model.encoder.subsampling
-        if edges is not None:
-            chosen, offsets = (t.to(feats.device) for t in edges)
-            feats, feat_lens, onsets = place_onsets_at_chunk_edges(
-                feats, feat_lens, chosen, offsets, chunk_size, phase, subsampling.rate, subsampling.window,
-            )
-        else:
-            onsets = speech_onsets(feats, feat_lens)
-        if hold == 0:
-            return feats, feat_lens, None
-        enc_frames = subsampling.output_length(int(feats.shape[1]))
-        held = onset_hold_mask(onsets, enc_frames, chunk_size, phase, subsampling.rate, subsampling.window, hold)
-        return feats, feat_lens, held
+        chosen, offsets = (t.to(feats.device) for t in edges)
+        feats, feat_lens, _ = place_onsets_at_chunk_edges(
+            feats, feat_lens, chosen, offsets, chunk_size, phase, subsampling.rate, subsampling.window,
+        )
+        return feats, feat_lens
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Frozen encoder: no gradient, so AdamW skips it (no update, no weight decay, no

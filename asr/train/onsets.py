@@ -1,22 +1,17 @@
 """Speech onsets moved to a chunk's right edge in training.
 
-A streaming encoder decides each chunk without seeing the next one. When speech starts in the
-last encoder frames of a chunk, those frames hold a sliver of the first sound and nothing after
-it; a model that spends the first token there guesses it, and the next chunk, which cannot undo
-the guess, goes on as if it were right ("thomas" read "turnomas"). A live stream's onset lands in
-the last 4 of 16 frames one time in four, and a runtime's fixed left padding (sherpa-onnx pads
-0.5 s, 12.5 frames at 40 ms) puts every trimmed file's onset there.
+A streaming encoder computes each chunk without seeing the next one, and later chunks read its
+frames from the cache as they were. When speech starts in the last few encoder frames of a chunk,
+those frames encode the first sound without what follows it, and the first word is read wrong far
+more often ("thomas" read "turnomas"): at C16 an onset 2-5 frames before the chunk's end costs the
+most. A live stream's onset lands there about one time in four, and a runtime's fixed left padding
+puts every trimmed file's onset at the same place (sherpa-onnx's 0.5 s: 5 frames before the end).
 
 Dynamic chunk training meets this case only when a batch's chunk grid happens to place an
-onset at an edge, and even then CTC is free to spend the first token there: on the training
-voices the guess is usually right, so the loss does not object. Two things here change that:
-
-- :func:`place_onsets_at_chunk_edges` prepends background frames to chosen utterances of a chunked
-  batch so that the first encoder frame that sees their speech is one of the last frames of its
-  chunk. Only the stream's start moves; the speech, its transcript and the chunk grid stay.
-- :func:`onset_hold_mask` marks the frames from such an onset to its chunk's end, when they are few,
-  as frames where CTC may emit only blank (``AsrModel.forward``'s ``blank_only``): every alignment
-  then puts the first token in the next chunk, which sees enough of the sound to read it.
+onset at an edge. :func:`place_onsets_at_chunk_edges` makes it happen on purpose: for a chunked
+batch it prepends background frames to chosen utterances so that the first encoder frame that
+sees their speech is one of the last frames of its chunk. Only the stream's start moves; the
+speech, its transcript and the chunk grid stay as they were.
 
 Axis letters: B batch, T feature frames, F mel bins.
 """
@@ -79,32 +74,6 @@ def edge_shifts(
     first_hit = hits.to(torch.int8).argmax(dim=1)
     usable = chosen & (onsets >= window)
     return torch.where(usable, first_hit, torch.zeros_like(first_hit))
-
-
-def onset_hold_mask(
-    onsets: torch.Tensor,
-    enc_frames: int,
-    chunk_size: int,
-    phase: int,
-    rate: int,
-    window: int,
-    hold_frames: int,
-) -> torch.Tensor:
-    """(B, T') bool: the encoder frames from each onset to its chunk's end, where that span is at most
-    ``hold_frames`` frames; False elsewhere, for utterances whose onset is within the first ``window``
-    feature frames (no background before it), and everywhere when ``chunk_size`` < 1 (full context).
-
-    onsets (B,) feature frames; T' = ``enc_frames``; the chunk of encoder frame t is
-    ``(t + phase) // chunk_size``.
-    """
-    frames = torch.arange(enc_frames, device=onsets.device)[None, :]  # (1, T')
-    held = torch.zeros(onsets.shape[0], enc_frames, dtype=torch.bool, device=onsets.device)
-    if chunk_size < 1 or hold_frames < 1:
-        return held
-    first = first_seeing_frame(onsets, rate, window)[:, None]  # (B, 1)
-    chunk_end = ((first + phase) // chunk_size + 1) * chunk_size - phase - 1  # last frame of the onset's chunk
-    short = (chunk_end - first + 1 <= hold_frames) & (onsets >= window)[:, None]
-    return short & (frames >= first) & (frames <= chunk_end)
 
 
 def prepend_background(feats: torch.Tensor, feat_lens: torch.Tensor, shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ import torch
 from asr.model.subsampling import Conv2dSubsampling, receptive_window
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.onsets import (
-    edge_shifts, first_seeing_frame, onset_hold_mask, place_onsets_at_chunk_edges, prepend_background, speech_onsets,
+    edge_shifts, first_seeing_frame, place_onsets_at_chunk_edges, prepend_background, speech_onsets,
 )
 
 BINS = 8
@@ -120,24 +120,3 @@ def test_bad_edge_settings_raise(kwargs):
     with pytest.raises(ValueError):
         DynamicChunkSampler(**kwargs)
 
-
-@pytest.mark.parametrize("chunk, phase", [(16, 0), (16, 5), (8, 3), (1, 0)])
-def test_hold_covers_the_onset_to_its_chunk_end_when_that_is_short(chunk, phase):
-    rate, window, hold, frames = 4, 7, 6, 40
-    onsets = torch.arange(0, 150)
-    held = onset_hold_mask(onsets, frames, chunk, phase, rate, window, hold)
-    for o, row in zip(onsets.tolist(), held):
-        first = next(t for t in range(frames + 40) if rate * t + window > o)
-        end = next(t for t in range(first, frames + 40) if (t + 1 + phase) % chunk == 0)
-        expected = [o >= window and end - first + 1 <= hold and first <= t <= end for t in range(frames)]
-        assert row.tolist() == expected, (o, chunk, phase)
-    assert held.any()
-    assert not onset_hold_mask(onsets, frames, 0, 0, rate, window, hold).any()  # full context
-    assert not onset_hold_mask(onsets, frames, chunk, phase, rate, window, 0).any()
-
-
-def test_sherpa_padding_onset_is_held():
-    """0.5 s of zeros puts the onset at feature frame 50: encoder frames 11-15 of the first C16 chunk."""
-    held = onset_hold_mask(torch.tensor([50]), 32, 16, 0, 4, 7, 6)[0]
-    assert held.nonzero().flatten().tolist() == [11, 12, 13, 14, 15]
-    assert not onset_hold_mask(torch.tensor([50]), 32, 16, 0, 4, 7, 4).any()  # 5 frames > 4
