@@ -32,10 +32,13 @@ def speech_onsets(feats: torch.Tensor, feat_lens: torch.Tensor, below_peak_db: f
     """(B,) int64: each utterance's first feature frame within ``below_peak_db`` of its loudest.
 
     feats (B, T, F) natural-log mel energies (Kaldi fbank, before any normalization); feat_lens (B,).
-    A frame's energy is the log of its summed mel energies; padding frames never count.
+    A frame's energy is the log of its summed mel energies; padding frames never count, nor do frames
+    with every bin equal: SpecAugment's time masks fill frames with the utterance's mean, which can
+    sit within the margin of the peak, and no recorded frame is flat across all its bins.
     """
     energy = torch.logsumexp(feats.float(), dim=-1)  # (B, T)
-    valid = torch.arange(feats.shape[1], device=feats.device)[None, :] < feat_lens[:, None]
+    flat = (feats == feats[..., :1]).all(dim=-1)  # (B, T)
+    valid = (torch.arange(feats.shape[1], device=feats.device)[None, :] < feat_lens[:, None]) & ~flat
     energy = energy.masked_fill(~valid, -math.inf)
     peak = energy.max(dim=1, keepdim=True).values  # (B, 1)
     speech = energy >= peak - below_peak_db * _NEPER_PER_DB
@@ -84,7 +87,7 @@ def prepend_background(feats: torch.Tensor, feat_lens: torch.Tensor, shifts: tor
     """
     if shifts.numel() == 0 or int(shifts.max()) <= 0:
         return feats, feat_lens
-    bsz, length, bins = feats.shape
+    bsz, _, bins = feats.shape
     new_lens = feat_lens + shifts
     out = feats.new_zeros(bsz, int(new_lens.max()), bins)
     for i in range(bsz):

@@ -21,7 +21,7 @@ def batch(onsets, lengths):
     feats = torch.zeros(len(onsets), max(lengths), BINS)
     for i, (onset, length) in enumerate(zip(onsets, lengths)):
         feats[i, :onset] = QUIET + 0.1 * torch.randn(onset, BINS, generator=torch.Generator().manual_seed(i))
-        feats[i, onset:length] = LOUD + torch.arange(length - onset)[:, None].remainder(3) * 0.5
+        feats[i, onset:length] = LOUD + torch.arange(length - onset)[:, None].remainder(3) * 0.5 - 0.1 * torch.arange(BINS)
     return feats, torch.tensor(lengths)
 
 
@@ -32,9 +32,16 @@ def test_speech_onsets_find_the_first_loud_frame_and_ignore_padding():
     feats[0, 25:] = 50.0
     assert speech_onsets(feats, lens).tolist() == [0, 5, 37]
     # a frame 20 dB under the peak is speech (within 30 dB), one 40 dB under is not
-    feats[2, 30] = LOUD + 1.0 - 20 * math.log(10) / 10
-    feats[2, 29] = LOUD + 1.0 - 40 * math.log(10) / 10
+    feats[2, 30] = feats[2, 39] - 20 * math.log(10) / 10
+    feats[2, 29] = feats[2, 39] - 40 * math.log(10) / 10
     assert speech_onsets(feats, lens)[2] == 30
+
+
+def test_a_time_mask_in_the_background_is_not_an_onset():
+    """SpecAugment fills a time mask with the utterance's mean: louder than room tone, flat across bins."""
+    feats, lens = batch([40], [80])
+    feats[0, 10:20] = feats[0, :80].mean()
+    assert speech_onsets(feats, lens).tolist() == [40]
 
 
 @pytest.mark.parametrize("rate", [4, 6, 8])
