@@ -156,10 +156,9 @@ class AsrLightningModule(pl.LightningModule):
             return feats, feat_lens
         subsampling = self.model.encoder.subsampling
         chosen, offsets = (t.to(feats.device) for t in edges)
-        feats, feat_lens, _ = place_onsets_at_chunk_edges(
+        return place_onsets_at_chunk_edges(
             feats, feat_lens, chosen, offsets, chunk_size, phase, subsampling.rate, subsampling.window,
         )
-        return feats, feat_lens
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Frozen encoder: no gradient, so AdamW skips it (no update, no weight decay, no

@@ -106,15 +106,14 @@ def place_onsets_at_chunk_edges(
     phase: int,
     rate: int,
     window: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch with each chosen utterance's speech onset moved to its chunk's last frames.
 
     feats (B, T, F) log-mel, feat_lens (B,); chosen (B,) bool and edge_offsets (B,) in
     [1, chunk_size] (drawn by ``DynamicChunkSampler.onset_edges``); chunk_size >= 1 and phase the
     batch's chunk grid; rate and window the subsampling's (``Conv2dSubsampling.rate``, ``.window``).
-    Returns feats (B, T2, F), feat_lens (B,) and the onsets (B,) in the returned frames.
+    Returns feats (B, T2, F) and feat_lens (B,).
     """
     onsets = speech_onsets(feats, feat_lens)
     shifts = edge_shifts(onsets, chosen, edge_offsets, chunk_size, phase, rate, window)
-    feats, feat_lens = prepend_background(feats, feat_lens, shifts)
-    return feats, feat_lens, onsets + shifts
+    return prepend_background(feats, feat_lens, shifts)

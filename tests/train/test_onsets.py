@@ -86,8 +86,7 @@ def test_shifted_onsets_land_on_the_drawn_edge_frame(rate):
 def test_unchosen_and_speech_first_utterances_are_untouched():
     feats, lens = batch([0, 3, 20, 20], [30, 30, 40, 40])
     chosen = torch.tensor([True, True, True, False])
-    out, out_lens, onsets = place_onsets_at_chunk_edges(feats, lens, chosen, torch.tensor([1, 1, 1, 1]), 16, 0, 4, 7)
-    assert torch.equal(onsets, speech_onsets(out, out_lens))
+    out, out_lens = place_onsets_at_chunk_edges(feats, lens, chosen, torch.tensor([1, 1, 1, 1]), 16, 0, 4, 7)
     shift = int(out_lens[2] - lens[2])
     assert out_lens.tolist()[:2] == [30, 30] and out_lens[3] == 40 and shift > 0
     for i in (0, 1, 3):
