@@ -281,10 +281,16 @@ class AblationRunner:
         results: list[SchemeResult] = []
         for scheme, seed, run_dir in runs:
             previous = read_marker(run_dir)
+            trained = read_trained(run_dir)
+            evaluated_at = (previous.settings or {}).get("budget_steps") if previous is not None else None
+            if previous is not None and previous.ok and evaluated_at != trained["steps"]:
+                # A larger budget trained this run further since its evaluation: evaluate it again.
+                self.log(f"[ablate] {run_dir.name}: evaluated at {evaluated_at} steps, trained to "
+                         f"{trained['steps']} since: evaluate again")
+                previous = None
             if previous is not None and (previous.ok or scheme in failed):
                 results.append(previous)
                 continue
-            trained = read_trained(run_dir)
             outcome = TrainOutcome(0, trained["wall_s"], trained["peak_rss_mb"], run_dir / "train.log")
             began = time.monotonic()
             result = self._evaluate(scheme, run_dir, outcome)

@@ -94,15 +94,26 @@ def test_arguments_default_to_the_adaptive_budget_and_reject_stray_words(capsys)
     assert "valid schemes" in capsys.readouterr().err
 
 
+def warmup_of(overrides) -> str:
+    return next(o for o in overrides if o.startswith("optim.scheduler.warmup_steps="))
+
+
 def test_warmup_is_a_tenth_of_the_step_budget_and_user_overrides_win() -> None:
-    assert ablate.ablation_overrides(1800, [])[0] == "optim.scheduler.warmup_steps=180"
-    assert ablate.ablation_overrides(25, [])[0] == "optim.scheduler.warmup_steps=2"
-    assert ablate.ablation_overrides(3, [])[0] == "optim.scheduler.warmup_steps=1"
-    time_budget = ablate.ablation_overrides(None, [])[0]
+    assert warmup_of(ablate.ablation_overrides(1800, [])) == "optim.scheduler.warmup_steps=180"
+    assert warmup_of(ablate.ablation_overrides(25, [])) == "optim.scheduler.warmup_steps=2"
+    assert warmup_of(ablate.ablation_overrides(3, [])) == "optim.scheduler.warmup_steps=1"
+    time_budget = warmup_of(ablate.ablation_overrides(None, []))
     assert time_budget == f"optim.scheduler.warmup_steps={ablate.WARMUP_FOR_TIME_BUDGET}"
     # Hydra applies overrides in order, so the user's come last to win over the ablation's.
     overrides = ablate.ablation_overrides(1800, ["optim.scheduler.warmup_steps=7"])
     assert overrides[-1] == "optim.scheduler.warmup_steps=7" and "trainer.limit_val_batches=4" in overrides
+
+
+def test_the_ablation_trains_its_own_model_unless_the_user_names_an_experiment() -> None:
+    assert ablate.ablation_overrides(1800, [])[0] == "experiment=ablation"
+    mine = ablate.ablation_overrides(1800, ["experiment=quickstart"])
+    # one experiment only: Hydra refuses a config group given twice
+    assert [o for o in mine if o.startswith("experiment=")] == ["experiment=quickstart"]
 
 
 def test_the_adaptive_budget_end_to_end_trains_in_rungs_and_reports_them(tmp_path_factory) -> None:

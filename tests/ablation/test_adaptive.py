@@ -136,3 +136,32 @@ def test_a_run_that_ends_short_of_its_rung_fails_instead_of_counting_as_the_rung
     assert not shaw.ok and "ended at step 250 of the rung's 400" in shaw.error
     assert read_trained(tmp_path / "shaw")["steps"] == 0
     assert all(r.ok for r in results if r.scheme != "shaw")  # the others go on
+
+
+def test_a_larger_budget_extends_a_finished_ablation_and_evaluates_the_extended_runs_again(tmp_path: Path) -> None:
+    lines: list[str] = []
+    small = AdaptiveBudget(first_steps=400, max_steps=800, total_steps=8000)
+    runner(tmp_path, CurveTrainer(), lines).run_adaptive(small, dev_records)
+    runs = ("rel_xl", "rel_xl-seed1", "shaw", "none")
+    before = {run: read_trained(tmp_path / run)["steps"] for run in runs}
+    assert before["shaw"] == 800  # ended at the small budget's largest rung
+    evaluated: list[str] = []
+
+    def counting_evaluate(run_dir: Path, ckpt: Path):
+        evaluated.append(run_dir.name)
+        return evaluate(run_dir, ckpt)
+
+    trainer = CurveTrainer()
+    settings = runner(tmp_path, trainer, lines).settings
+    larger = AblationRunner(settings, counting_evaluate, lambda _: (0.1, None), train_fn=trainer, log=lines.append)
+    results = larger.run_adaptive(BUDGET, dev_records)
+    after = {run: read_trained(tmp_path / run)["steps"] for run in runs}
+    grown = sorted(run for run in runs if after[run] > before[run])
+    assert "shaw" in grown and after["shaw"] == 1600
+    assert after["rel_xl"] == before["rel_xl"] == 800  # converged: not trained again
+    assert sorted({j.run_dir.name for j in trainer.jobs}) == grown
+    assert all(j.resume_from is not None for j in trainer.jobs)  # each resumed from its own last checkpoint
+    assert sorted(evaluated) == grown  # only the runs trained further are evaluated again
+    by_run = {Path(r.run_dir).name: r for r in results}
+    assert all(by_run[run].ok and by_run[run].settings["budget_steps"] == after[run] for run in runs)
+    assert any(f"shaw: evaluated at {before['shaw']} steps, trained to 1600 since" in line for line in lines)

@@ -125,7 +125,7 @@ def test_callbacks_and_loggers_instantiate(tmp_path, group):
         assert all(b is not None for b in built)
 
 
-@pytest.mark.parametrize("experiment", ["quickstart", "librispeech_u2pp", "aishell_u2pp"])
+@pytest.mark.parametrize("experiment", ["quickstart", "ablation", "librispeech_u2pp", "aishell_u2pp"])
 def test_experiment_composes_and_builds_its_model(tmp_path, experiment):
     cfg = make_cfg(tmp_path, [f"experiment={experiment}"])
     assert cfg.experiment_name == experiment
@@ -133,8 +133,11 @@ def test_experiment_composes_and_builds_its_model(tmp_path, experiment):
                                       TinyTokenizer())
     model = build_asr_model(**kwargs)
     enc = cfg.model.encoder
-    if experiment == "quickstart":
+    if experiment in ("quickstart", "ablation"):
         assert cfg.trainer.accelerator == "cpu" and cfg.trainer.max_time
+        if experiment == "ablation":  # the quickstart's recipe with a smaller model
+            assert (enc.num_layers, enc.d_model, enc.ffn_dim, cfg.model.decoder_layers) == (2, 96, 384, 1)
+            assert cfg.data.feature_store and cfg.model.encoder.online_cmn_frames == 100.0
     else:
         # Wenet-sized U2++: 12 x 256, 4 heads, ffn 2048, 6 + 3 decoder layers, bf16 DDP.
         assert (enc.num_layers, enc.d_model, enc.num_heads, enc.ffn_dim, enc.conv_kernel) == (12, 256, 4, 2048, 15)
