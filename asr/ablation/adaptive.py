@@ -30,7 +30,7 @@ from pathlib import Path
 from asr.ablation.analysis import pooled_difference
 from asr.ablation.convergence import plateau_convergence
 from asr.ablation.curves import read_learning_curve
-from asr.ablation.halving import CONTINUE, FINISHED, Decision, Progress, decide, next_steps
+from asr.ablation.halving import CONTINUE, FINISHED, STOPPED, Decision, Progress, decide, next_steps
 from asr.ablation.stats import PairedDifference, align_records, pool_seeds
 
 RUNG_DIR = "rungs"
@@ -84,6 +84,13 @@ class Rung:
         """The report's lines for this rung: one per scheme, its action and reason."""
         return [f"rung {self.index}, `{scheme}` at {self.steps} steps (dev {self.dev_wer[scheme]:.2f}%): "
                 f"**{d.action}**: {d.reason}" for scheme, d in sorted(self.decisions.items())]
+
+
+def stops_of(rungs: Sequence[Rung]) -> dict[str, dict]:
+    """Every stopped scheme: ``{"behind": the best it was judged against, "steps": where it stopped}``
+    (the report ranks it below that scheme)."""
+    return {scheme: {"behind": d.against, "steps": rung.steps}
+            for rung in rungs for scheme, d in sorted(rung.decisions.items()) if d.action == STOPPED}
 
 
 def read_trained(run_dir: Path) -> dict:

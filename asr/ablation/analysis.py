@@ -156,7 +156,8 @@ class Analysis:
     ``not_applicable[metric][scheme]`` the reason a scheme could not run a
     measurement ("n/a: longer than its table ..."); ``convergence[scheme]`` the plateau
     slope of its validation curves, seeds pooled (None without a curve); ``seeds[scheme]``
-    the seeds pooled.
+    the seeds pooled; ``stopped[scheme]`` where the adaptive budget stopped a scheme and the
+    scheme it was judged behind (``{"behind": ..., "steps": ...}``).
     """
 
     reference: str
@@ -164,6 +165,7 @@ class Analysis:
     not_applicable: dict[str, dict[str, str]]
     convergence: dict[str, Convergence | None]
     seeds: dict[str, list[int | None]]
+    stopped: dict[str, dict] = field(default_factory=dict)
 
     def wer(self, metric: str, scheme: str) -> MeasurementStats | None:
         return self.stats.get(metric, {}).get(scheme)
@@ -172,14 +174,25 @@ class Analysis:
         """True when every one of ``schemes`` converged by the report's criterion."""
         return all((c := self.convergence.get(s)) is not None and c.converged for s in schemes)
 
+    def stopped_behind(self, scheme: str, other: str) -> bool:
+        """True when the adaptive budget stopped ``scheme`` as behind ``other`` by more than its slope could
+        close in the largest budget: a ranking on the dev split, whether or not either converged."""
+        return self.stopped.get(scheme, {}).get("behind") == other
+
+    def settled(self, *schemes: str) -> bool:
+        """True when every one of ``schemes`` converged or was stopped behind another scheme."""
+        return all(self.converged(s) or s in self.stopped for s in schemes)
+
 
 def analyze(
     results: Sequence[SchemeResult],
     metrics: Sequence[str],
     reference: str = REFERENCE_SCHEME,
     replicates: int = DEFAULT_REPLICATES,
+    stopped: Mapping[str, dict] | None = None,
 ) -> Analysis:
-    """Intervals, paired differences, n/a reasons and convergence for ``metrics``."""
+    """Intervals, paired differences, n/a reasons and convergence for ``metrics``; ``stopped``: the
+    adaptive budget's stops (``asr.ablation.adaptive.stops_of``)."""
     from asr.ablation.evaluate import NOT_APPLICABLE
 
     groups = group_runs(results)
@@ -192,30 +205,44 @@ def analyze(
                     not_applicable.setdefault(metric, {})[scheme] = error
     convergence = {scheme: plateau_convergence([run.curve for run in runs]) for scheme, runs in groups.items()}
     seeds = {scheme: [run.seed for run in runs] for scheme, runs in groups.items()}
-    return Analysis(reference, stats, not_applicable, convergence, seeds)
+    stops = {scheme: dict(stop) for scheme, stop in (stopped or {}).items() if scheme in groups}
+    return Analysis(reference, stats, not_applicable, convergence, seeds, stops)
 
 
 def _best(stats: Mapping[str, MeasurementStats]) -> str | None:
     return min(stats, key=lambda s: stats[s].wer.value) if stats else None
 
 
-def comparison_lines(analysis: Analysis, metric: str, what: str) -> list[str]:
+def comparison_lines(analysis: Analysis, metric: str, what: str, stops_rank: bool = False) -> list[str]:
     """Every scheme against the reference on ``metric``: one sentence per resolved
     difference between converged schemes, one listing the unresolved ones, and one
-    listing the differences that are not a ranking because a side did not converge."""
+    listing the differences that are not a ranking because a side did not converge.
+
+    ``stops_rank``: ``metric`` is the one the adaptive budget's stops rank (the main WER; the stops
+    decide on dev with the same decoding's greedy pass), so a scheme stopped behind the reference
+    is listed as ranked below it rather than as unranked.
+    """
     stats = analysis.stats.get(metric, {})
     ref = analysis.reference
-    lines, unresolved, unranked = [], [], []
+    lines, unresolved, unranked, stopped = [], [], [], []
     for scheme, s in stats.items():
         d = s.versus_reference
         if scheme == ref or d is None:
             continue
-        if not analysis.converged(scheme, ref):
+        if stops_rank and analysis.stopped_behind(scheme, ref):
+            stopped.append(f"`{scheme}` (stopped at {analysis.stopped[scheme]['steps']} steps) {format_difference(d)}")
+        elif not analysis.converged(scheme, ref):
             unranked.append(f"`{scheme}` {format_difference(d)}")
         elif d.resolved:
             lines.append(compare_sentence(scheme, ref, d, what))
         else:
             unresolved.append(f"`{scheme}` {format_difference(d)}")
+    if stopped:
+        lines.append(
+            f"Ranked below `{ref}`, because the adaptive budget stopped them behind it (on dev, further behind than "
+            f"their steepest plausible slope could close by the largest budget; the difference on {what} is at the "
+            "budget each stopped at): " + "; ".join(stopped) + "."
+        )
     if unresolved:
         lines.append(
             f"Not resolved against `{ref}` on {what} (the 95% interval of the difference includes zero): "
@@ -238,7 +265,9 @@ def convergence_line(analysis: Analysis) -> str:
         elif c.converged:
             done.append(f"`{scheme}` {c.describe()}")
         else:
-            not_done.append(f"`{scheme}` {c.describe()} ({c.state})")
+            stop = analysis.stopped.get(scheme)
+            why = f"stopped at {stop['steps']} steps behind `{stop['behind']}`" if stop else c.state
+            not_done.append(f"`{scheme}` {c.describe()} ({why})")
     parts = [f"converged: {', '.join(done)}" if done else "no scheme converged",
              *([f"not converged: {', '.join(not_done)}"] if not_done else [])]
     return (f"Convergence (slope of the validation WER over the last {PLATEAU_FRACTION:.0%} of each run's steps, "
@@ -271,10 +300,11 @@ def findings(analysis: Analysis, chunk_metrics: Mapping[int, str], probe_metrics
     if best is None:
         return ["No scheme finished its evaluation: nothing to compare yet."]
     b = main[best].wer
-    settled = "" if analysis.converged(*main) else " at this budget (not a ranking: not every scheme converged)"
+    settled = ("" if analysis.converged(best) and analysis.settled(*main)
+               else " at this budget (not a ranking: not every scheme converged or was stopped behind another)")
     out.append(f"Lowest test WER (attention rescoring, full context){settled}: `{best}` at {format_interval(b)}%.")
     out.append(convergence_line(analysis))
-    out += comparison_lines(analysis, MAIN_METRIC, "test WER (rescoring, full context)")
+    out += comparison_lines(analysis, MAIN_METRIC, "test WER (rescoring, full context)", stops_rank=True)
     if chunk_metrics:
         smallest = min(chunk_metrics)
         metric = chunk_metrics[smallest]

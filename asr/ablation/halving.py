@@ -48,6 +48,8 @@ class Decision:
     scheme: str
     action: str
     reason: str
+    # The scheme a stopped one was judged behind (the rung's best); None for the other actions.
+    against: str | None = None
 
 
 def best_scheme(progress: Mapping[str, Progress]) -> str:
@@ -102,7 +104,7 @@ def decide(
         elif d.low > gain:
             decisions[scheme] = Decision(scheme, STOPPED, (
                 f"{span} at {p.steps} steps; at its steepest plausible slope ({c.low:+.1f} points per 1000 steps) "
-                f"the remaining {remaining} steps gain at most {gain:.2f}"))
+                f"the remaining {remaining} steps gain at most {gain:.2f}"), against=best)
             continue
         else:
             reason = f"{span}, which its steepest plausible slope could close in {remaining} steps (up to {gain:.2f})"

@@ -218,7 +218,8 @@ def render_report(
         "attention rescoring, *greedy* = CTC greedy. *Plateau slope*: least-squares slope of the validation "
         f"WER over the last {PLATEAU_FRACTION:.0%} of each run's steps (seeds share the slope), in points per "
         f"1000 steps, with its 95% t interval; *converged* when the interval lies within +-{CONVERGED_BAND:g}, "
-        "and only converged schemes are ranked in the findings.", "",
+        "and only converged schemes are ranked in the findings (and, on the test WER, a scheme the adaptive "
+        "budget stopped behind another ranks below that one).", "",
         "## Streaming trade-off", "",
         chunk_table(analysis, schemes, frame_ms), "",
         f"CTC greedy test WER with the chunk mask; every chunk size keeps 64 frames of memory. Latency = "

@@ -5,7 +5,8 @@ sinusoid table, the same (q + u) . k term) except what the position term reads: 
 distance i - j (a real rel_shift) or the key's absolute stream time (Wenet's rel_pos, which
 comments rel_shift out). Every comparison here is paired over the same utterances, with each
 scheme's seeds pooled and resampled (``asr.ablation.analysis``); a sentence ranks them only
-when the 95% interval of the difference excludes zero and both schemes converged.
+when the 95% interval of the difference excludes zero and both schemes converged, or when the
+adaptive budget stopped one behind the other (the test WER only: the stop decided on dev WER).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from asr.ablation.analysis import (
+    MAIN_METRIC,
     Analysis,
     format_difference,
     format_interval,
@@ -49,6 +51,7 @@ def rel_shift_section(analysis: Analysis, rows: Mapping[str, str]) -> list[str]:
               "diff [95% CI], p", f"seeds `{RELATIVE}`", f"seeds `{ABSOLUTE_KEYS}`"]
     table = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     better, worse, unresolved = [], [], []
+    stop = analysis.stopped.get(ABSOLUTE_KEYS) if analysis.stopped_behind(ABSOLUTE_KEYS, RELATIVE) else None
     for metric, label in rows.items():
         stats = analysis.wer(metric, ABSOLUTE_KEYS)
         d = stats.versus_reference if stats else None
@@ -57,9 +60,15 @@ def rel_shift_section(analysis: Analysis, rows: Mapping[str, str]) -> list[str]:
                      f"{_seeds(analysis, metric, ABSOLUTE_KEYS)} |")
         if d is None:
             continue
+        if stop is not None and metric == MAIN_METRIC:
+            continue  # ranked by the stop (below)
         (better if d.resolved and d.difference < 0 else worse if d.resolved else unresolved).append(
             f"{label} ({d.difference:+.2f})")
     out += table + [""]
+    if stop is not None:
+        out.append(f"- The adaptive budget stopped `{ABSOLUTE_KEYS}` at {stop['steps']} steps behind `{RELATIVE}` (on dev, "
+                   "further behind than its steepest plausible slope could close by the largest budget): it ranks below "
+                   f"`{RELATIVE}` on the test WER (the table's difference is at the budget it stopped at).")
     if not analysis.converged(RELATIVE, ABSOLUTE_KEYS):
         # A difference in learning speed is not a ranking: the sentences name no winner.
         differences = worse + better

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, add_dev_seconds, dev_records_path, mark_trained,
-                                   plan_rungs, read_trained, steps_reached)
+                                   plan_rungs, read_trained, steps_reached, stops_of)
 from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
@@ -163,6 +163,8 @@ class AblationRunner:
         # The adaptive budget's rungs, one line per decision, for the report (empty: a fixed budget).
         self.budget_lines: list[str] = []
         self.budget_setting: str | None = None  # the adaptive budget, for the report's settings
+        # The adaptive budget's stops: scheme -> {"behind": the best it trailed, "steps": where it stopped}.
+        self.stopped: dict[str, dict] = {}
 
     def run(self) -> list[SchemeResult]:
         """Every scheme in order; returns their results (the report is on disk)."""
@@ -183,7 +185,9 @@ class AblationRunner:
         """Rewrite the report from the finished schemes' markers (curves re-read); trains nothing."""
         budget = self.settings.out_dir / BUDGET_FILE
         if budget.is_file():
-            self.budget_lines = list(json.loads(budget.read_text())["rungs"])
+            record = json.loads(budget.read_text())
+            self.budget_lines = list(record["rungs"])
+            self.stopped = dict(record.get("stopped", {}))
         results = []
         for scheme, seed, run_dir in self.settings.runs():
             result = read_marker(run_dir)
@@ -277,7 +281,9 @@ class AblationRunner:
         rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
                                    self.settings.val_every_steps or 1, self.log)
         self.budget_lines = [line for rung in rungs for line in rung.lines()]
-        (self.settings.out_dir / BUDGET_FILE).write_text(json.dumps({"rungs": self.budget_lines}, indent=1))
+        self.stopped = stops_of(rungs)
+        (self.settings.out_dir / BUDGET_FILE).write_text(
+            json.dumps({"rungs": self.budget_lines, "stopped": self.stopped}, indent=1))
         results: list[SchemeResult] = []
         for scheme, seed, run_dir in runs:
             previous = read_marker(run_dir)
@@ -367,7 +373,7 @@ class AblationRunner:
     def write_outputs(self, results: Sequence[SchemeResult], elapsed_s: float) -> tuple[Path, list[Path]]:
         """Rewrite report.md, results.json and the plots for the results so far."""
         out = self.settings.out_dir
-        analysis = analyze(results, list(ALL_WER_METRICS))  # the bootstrap, once for report and plots
+        analysis = analyze(results, list(ALL_WER_METRICS), stopped=self.stopped)  # the bootstrap, once for all
         plots = write_plots(results, out, analysis)
         settings = {
             **self.settings.describe(),

@@ -94,6 +94,11 @@ def test_rungs_stop_the_clear_loser_finish_the_converged_and_extend_the_rest(tmp
     assert any("`rel_xl`" in line and "**finished**" in line and "converged" in line for line in r.budget_lines)
     report = (tmp_path / "report.md").read_text()
     assert "## Budget" in report and stop in report
+    # the stop, for the report to rank `none` below the best it trailed (test_report.py), kept for a rebuild
+    assert json.loads((tmp_path / "budget.json").read_text())["stopped"] == {"none": {"behind": "rel_xl", "steps": 800}}
+    rebuilt = runner(tmp_path, CurveTrainer(), [])
+    rebuilt.report_only()
+    assert rebuilt.stopped == r.stopped == {"none": {"behind": "rel_xl", "steps": 800}}
     assert "- budget: `adaptive: first rung 400 steps, at most 1600 a run, 8000 over all runs`" in report
     # a run's time is every rung's training (2 s a rung here) plus its dev decodes and its test evaluation
     by_run = {Path(res.run_dir).name: res for res in results}

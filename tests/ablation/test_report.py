@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.ablation.analysis import records_path
+from asr.ablation.analysis import analyze, records_path
 from asr.ablation.evaluate import ALL_WER_METRICS, NOT_APPLICABLE
 from asr.ablation.plots import write_plots
 from asr.ablation.report import markdown_table, write_report
@@ -232,6 +232,33 @@ def test_schemes_that_did_not_converge_are_not_ranked(tmp_path: Path) -> None:
     main = _table_rows(text.split("## Test WER with 95% intervals")[1].split("\n\n")[1])
     assert main["wenet_rel"][-1].endswith("from 6 validations: still falling")
     assert main["rel_xl"][-1].endswith("from 6 validations: converged")
+
+
+def test_a_scheme_the_adaptive_budget_stopped_behind_the_reference_ranks_below_it(tmp_path: Path) -> None:
+    base = [1, 2, 0, 3] * 15
+    worse = [e + 3 for e in base]
+    results = [_measured_run(tmp_path, "rel_xl", base), _measured_run(tmp_path, "wenet_rel", worse, curve=FALLING),
+               _measured_run(tmp_path, "abs_sin", worse, curve=FALLING)]
+    # wenet_rel was stopped behind rel_xl; abs_sin behind another scheme (not a ranking against rel_xl)
+    stopped = {"wenet_rel": {"behind": "rel_xl", "steps": 3040}, "abs_sin": {"behind": "shaw", "steps": 3040}}
+    analysis = analyze(results, list(ALL_WER_METRICS), stopped=stopped)
+    text = write_report(tmp_path, results, {}, [], analysis)[0].read_text()
+    findings = text.split("## Findings")[1].split("\n## ")[0]
+    ranked = next(line for line in findings.splitlines() if "Ranked below `rel_xl`" in line)
+    assert "`wenet_rel` (stopped at 3040 steps) +30.00 [+30.00, +30.00]" in ranked and "abs_sin" not in ranked
+    unranked = next(line for line in findings.splitlines() if line.startswith("- Not ranked against `rel_xl` on test"))
+    assert "`abs_sin` +30.00" in unranked and "wenet_rel" not in unranked
+    # every scheme converged or was stopped (behind some scheme), and the best converged: a ranking
+    assert "- Lowest test WER (attention rescoring, full context): `rel_xl` at" in findings
+    assert "`wenet_rel` -10.2 [-10.9, -9.4] from 6 validations (stopped at 3040 steps behind `rel_xl`)" in findings
+    section = text.split("## rel_shift or not")[1].split("\n## ")[0]
+    assert "The adaptive budget stopped `wenet_rel` at 3040 steps behind `rel_xl`" in section
+    not_ranked = next(line for line in section.splitlines() if line.startswith("- Not ranked"))
+    assert "test, rescoring, full context" not in not_ranked  # that one is ranked by the stop
+    # abs_sin neither converged nor stopped: it might still pass the best, so the lowest WER is no ranking
+    unsettled = analyze(results, list(ALL_WER_METRICS), stopped={"wenet_rel": stopped["wenet_rel"]})
+    text = write_report(tmp_path, results, {}, [], unsettled)[0].read_text()
+    assert "Lowest test WER (attention rescoring, full context) at this budget (not a ranking" in text
 
 
 def test_the_report_says_which_source_dominates_a_difference(tmp_path: Path) -> None:
