@@ -28,7 +28,8 @@ frontend hold, exactly:
 
 outputs: log_probs (B, C, V), log_probs_length (B,), then the three next states. Chunk i
 is feature frames [i S, i S + W), as in ``encoder.stream_step`` and the ONNX encoder step
-(:mod:`asr.serve.export`): S = rate * C, W = window + rate * (C - 1). The frontend is
+(:mod:`asr.serve.export`): S = rate * C, W = window + rate * (C + r - 1), r the encoder's
+``chunk_lookahead`` (the window's last r encoder frames are seen, not emitted). The frontend is
 sherpa-onnx's: kaldi-native-fbank with its default options and samples left in [-1, 1]
 (``asr.data.features.SHERPA``; only the number of bins may differ, ``--feat-dim``), so only a
 model trained with those features can be exported; global CMVN and online CMN run inside
@@ -178,7 +179,7 @@ def stream_sizes(model, chunk_size: int, left_chunks: int) -> dict:
     tensors of the stream state (:class:`SherpaLayout`'s fields but online CMN)."""
     encoder = model.encoder
     sub = encoder.subsampling
-    return dict(chunk_size=chunk_size, left_chunks=left_chunks, window=sub.window + sub.rate * (chunk_size - 1),
+    return dict(chunk_size=chunk_size, left_chunks=left_chunks, window=encoder.chunk_window(chunk_size),
                 shift=sub.rate * chunk_size, subsampling=sub.rate, input_dim=encoder.input_dim,
                 d_model=encoder.d_model, num_layers=len(encoder.blocks), num_heads=encoder.scheme.num_heads,
                 conv_context=encoder.blocks[0].conv.kernel - 1, vocab_size=model.vocab_size,
@@ -251,6 +252,7 @@ class SherpaCtcStep(nn.Module):
         """One chunk of B streams -> log_probs (B, C, V), lengths (B,) and the next state (module docstring)."""
         lay, encoder = self.layout, self.encoder
         B, C, M, D, H = audio_signal.size(0), lay.chunk_size, lay.cache_frames, lay.d_model, lay.num_heads
+        r = encoder.chunk_lookahead  # the window's last encoder frames: seen, not emitted, not cached
         Dh = D // H
         time = cache_last_channel_len  # (B,)
         feats = audio_signal.transpose(1, 2)  # (B, W, F)
@@ -258,22 +260,22 @@ class SherpaCtcStep(nn.Module):
         conv = flat[:, : lay.conv_size].reshape(B, lay.num_layers, D, lay.conv_context)
         if lay.online_cmn_frames > 0:
             feats, sums = self._online_cmn(feats, flat[:, lay.conv_size :], time)
-        x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (B, C, D)
+        x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (B, C + r, D)
         x = embed_positions(x, time, lay.pos_enc)
         valid = torch.clamp(time, max=M)  # (B,) cached frames that are real
-        mask = (torch.arange(M + C, device=x.device)[None] >= (M - valid)[:, None])[:, None]  # (B, 1, M + C)
+        mask = (torch.arange(M + C + r, device=x.device)[None] >= (M - valid)[:, None])[:, None]  # (B, 1, M + C + r)
         next_kv, next_conv = [], []
         for i, block in enumerate(encoder.blocks):
             cached = cache_last_channel[:, i]  # (B, M, 2D)
             keys = cached[..., :D].reshape(B, M, H, Dh).transpose(1, 2)  # (B, H, M, Dh)
             values = cached[..., D:].reshape(B, M, H, Dh).transpose(1, 2)
             # the clock: wenet_rel scores each key's absolute time
-            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time)  # k, v: (B, H, M + C, Dh)
-            k = k[:, :, C:].transpose(1, 2).reshape(B, M, D)  # the last M frames
-            v = v[:, :, C:].transpose(1, 2).reshape(B, M, D)
+            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time, r)  # k, v: (B, H, M + C + r, Dh)
+            k = k[:, :, C : C + M].transpose(1, 2).reshape(B, M, D)  # the last M frames before the lookahead
+            v = v[:, :, C : C + M].transpose(1, 2).reshape(B, M, D)
             next_kv.append(torch.cat([k, v], dim=-1))  # (B, M, 2D)
             next_conv.append(c.reshape(B, -1))  # (B, D*K)
-        log_probs = self.model.ctc_log_probs(encoder.norm(x))  # (B, C, V)
+        log_probs = self.model.ctc_log_probs(encoder.norm(x[:, :C]))  # (B, C, V)
         parts = next_conv + ([sums] if lay.online_cmn_frames > 0 else [])
         return (
             log_probs,

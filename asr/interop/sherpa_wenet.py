@@ -130,6 +130,11 @@ def check_wenet_exportable(model, features: FeatureConfig, chunk_size: int, left
             f"sherpa-onnx computes other fbank frames than this model was trained on for its NeMo CTC format "
             f"({nemo}), and its Wenet CTC format (Kaldi fbank) has no state for this model's online CMN; train "
             "with features=sherpa to deploy with sherpa-onnx.")
+    if model.encoder.chunk_lookahead > 0:
+        raise SherpaExportError(
+            f"the encoder has chunk_lookahead={model.encoder.chunk_lookahead}, and sherpa-onnx's Wenet CTC format "
+            "emits every frame of the window it feeds; its NeMo CTC format (a window longer than its shift) carries "
+            "the lookahead: train with features=sherpa and export that.")
     if chunk_size < 1 or left_chunks < 1:
         raise SherpaExportError(f"chunk_size ({chunk_size}) and left_chunks ({left_chunks}) must be >= 1: sherpa-onnx "
                                 "steps whole chunks and keeps a state of fixed size.")

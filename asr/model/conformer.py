@@ -82,13 +82,18 @@ class ConvModule(nn.Module):
         self.causal_pad = causal_pad
 
     @staticmethod
-    def _left_context(h: torch.Tensor, cache: torch.Tensor | None, context: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Prepend the cache (or ``context`` zero frames) to h (B, D, C); returns it and the new cache."""
+    def _left_context(
+        h: torch.Tensor, cache: torch.Tensor | None, context: int, lookahead: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prepend the cache (or ``context`` zero frames) to h (B, D, C); returns it and the new cache, the
+        ``context`` frames that end ``lookahead`` frames before h's end (lookahead frames come again next call)."""
         h = nn.functional.pad(h, (context, 0)) if cache is None else torch.cat([cache, h], dim=2)  # (B, D, context + C)
-        return h, (h[:, :, h.size(2) - context :] if context > 0 else None)
+        end = h.size(2) - lookahead
+        return h, (h[:, :, end - context : end] if context > 0 else None)
 
     def forward(
-        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None, cache: torch.Tensor | None = None
+        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None, cache: torch.Tensor | None = None,
+        lookahead: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the module.
 
@@ -98,6 +103,8 @@ class ConvModule(nn.Module):
                 before the depthwise conv so they look like the conv's own padding.
             cache: (B, D, kernel-1) causal left context of the frames just before x
                 (see ``causal_pad``); None at the start of a stream (zeros).
+            lookahead: x's last frames that belong to the next call too (a chunk's lookahead): the new
+                cache ends before them.
         Returns:
             out (B, C, D) and the new cache (B, D, kernel-1), or None when kernel == 1
             or the module is not causal.
@@ -109,7 +116,7 @@ class ConvModule(nn.Module):
         if self.causal_pad == "input":
             if pad_mask is not None:
                 x = x.masked_fill(~pad_mask[:, :, None], 0.0)
-            xt, new_cache = self._left_context(x.transpose(1, 2), cache, context)  # (B, D, context + C)
+            xt, new_cache = self._left_context(x.transpose(1, 2), cache, context, lookahead)  # (B, D, context + C)
             h = nn.functional.glu(self.pointwise_in(xt.transpose(1, 2)), dim=-1).transpose(1, 2)  # (B, D, context + C)
         else:
             h = nn.functional.glu(self.pointwise_in(x), dim=-1)  # (B, C, 2D) -> (B, C, D)
@@ -117,7 +124,7 @@ class ConvModule(nn.Module):
                 h = h.masked_fill(~pad_mask[:, :, None], 0.0)
             h = h.transpose(1, 2)  # (B, D, C): channels first for the depthwise conv
             if self.causal:
-                h, new_cache = self._left_context(h, cache, context)
+                h, new_cache = self._left_context(h, cache, context, lookahead)
             else:
                 h = nn.functional.pad(h, (context // 2, context // 2))
         h = self.depthwise(h)  # (B, D, C)
@@ -171,6 +178,7 @@ class ConformerBlock(nn.Module):
         attn_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         conv_cache: torch.Tensor | None = None,
         start_time: int | torch.Tensor = 0,
+        lookahead: int = 0,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
         """Run the block on C query frames.
 
@@ -182,6 +190,8 @@ class ConformerBlock(nn.Module):
             conv_cache: (B, D, kernel-1) or None, see :class:`ConvModule`.
             start_time: absolute time of x's first frame (int or (B,) tensor), for
                 position schemes whose attention reads absolute key times (wenet_rel).
+            lookahead: x's last frames that the next call sees again (a chunk's lookahead); the conv
+                cache ends before them, and the caller drops them from the returned (k, v).
         Returns:
             out (B, C, D); (k, v) each (B, H, K, Dh) = cache + this call's frames
             (the caller trims it to its left-context budget); new conv cache.
@@ -189,7 +199,7 @@ class ConformerBlock(nn.Module):
         x = x + 0.5 * self.dropout(self.ff_in(self.norm_ff_in(x)))
         a, kv = self.attn(self.norm_attn(x), mask, attn_cache, start_time)
         x = x + self.dropout(a)
-        c, conv_cache = self.conv(self.norm_conv(x), pad_mask, conv_cache)
+        c, conv_cache = self.conv(self.norm_conv(x), pad_mask, conv_cache, lookahead)
         x = x + self.dropout(c)
         x = x + 0.5 * self.dropout(self.ff_out(self.norm_ff_out(x)))
         return self.norm_final(x), kv, conv_cache

@@ -14,6 +14,14 @@ overlapping feature spans that an in-encoder running sum would count twice.
 exactly: chunks are aligned at encoder time 0, each layer caches the K/V of the
 last L*C frames (what the chunk mask lets a query see) and the causal conv module
 caches its last kernel-1 inputs (the conv sees across chunk borders offline too).
+
+With ``chunk_lookahead`` r > 0, each chunk is also encoded with the first r frames of the next
+one (every layer's queries and keys are the chunk plus those frames; their outputs are dropped
+and their K/V and conv inputs are not cached, so the next chunk encodes them again as its own).
+A chunk's first frames then hear what follows them, which a word's onset at a chunk's end needs;
+a stream waits r frames longer for each chunk. No mask expresses the re-encoded frames, so the
+chunked ``forward`` of such an encoder runs the chunks in a loop (``_forward_chunks``) with the
+same caches a stream keeps, and streaming equals it exactly.
 """
 
 from __future__ import annotations
@@ -65,6 +73,9 @@ class ConformerEncoder(nn.Module):
             :class:`~asr.model.conformer.ConvModule`).
         conv_causal_pad: where a causal conv module's left context lives, ``depthwise``
             or ``input`` (Wenet's); see :class:`~asr.model.conformer.ConvModule`.
+        chunk_lookahead: r >= 0 encoder frames past its end that a chunk also sees, whenever the
+            encoder runs in chunks (training, chunked decoding, streams); 0: none. Costs r frames
+            of latency.
         **scheme_options: passed to ``build_position_scheme`` (e.g. max_distance, max_len).
     """
 
@@ -87,6 +98,7 @@ class ConformerEncoder(nn.Module):
         online_cmn_noise_snr_db: float = 0.0,
         conv_norm: str = "layer_norm",
         conv_causal_pad: str = "depthwise",
+        chunk_lookahead: int = 0,
         **scheme_options,
     ) -> None:
         super().__init__()
@@ -105,6 +117,11 @@ class ConformerEncoder(nn.Module):
         if online_cmn_noise_snr_db > 0 and not online_cmn_gate_db > 0:
             raise ValueError(f"online_cmn_noise_snr_db ({online_cmn_noise_snr_db}) needs the speech gate: "
                              "set online_cmn_gate_db > 0 too.")
+        if isinstance(chunk_lookahead, bool) or not isinstance(chunk_lookahead, int) or chunk_lookahead < 0:
+            raise ValueError(f"chunk_lookahead ({chunk_lookahead!r}) must be an int >= 0 (encoder frames; 0: none).")
+        if chunk_lookahead > 0 and not causal:
+            raise ValueError("chunk_lookahead > 0 shapes chunked streaming, which needs causal=True.")
+        self.chunk_lookahead = chunk_lookahead
         self.online_cmn_frames = float(online_cmn_frames)
         self.online_cmn_gate_db = float(online_cmn_gate_db)
         self.online_cmn_noise_snr_db = float(online_cmn_noise_snr_db)
@@ -137,6 +154,12 @@ class ConformerEncoder(nn.Module):
     def right_context(self) -> int:
         """Feature frames of lookahead the subsampling needs beyond an output's first frame."""
         return self.subsampling.right_context
+
+    def chunk_window(self, chunk_size: int) -> int:
+        """Feature frames behind one chunk of C encoder frames and its ``chunk_lookahead`` (what a runtime
+        that steps whole chunks feeds each step; consecutive steps start ``subsampling_rate * C`` apart)."""
+        sub = self.subsampling
+        return sub.window + sub.rate * (chunk_size + self.chunk_lookahead - 1)
 
     def output_length(self, lengths):
         """Encoder frames for ``lengths`` feature frames (int or int tensor)."""
@@ -222,10 +245,52 @@ class ConformerEncoder(nn.Module):
             # once. It also keeps the ChunkMask's ints out of compiled blocks, whose guards would otherwise
             # specialize on them (chunk 0 or not, left chunks -1 or not) and recompile (asr/train/compile.py).
             mask = mask.dense()  # (B, T', T') or (B, 1, T')
+        if chunk_size > 0 and self.chunk_lookahead > 0:
+            return self._forward_chunks(x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
+                                        self.chunk_lookahead)
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
             x, _, _ = block(x, mask, pad, start_time=start_time)
         return self.norm(x), out_lens
+
+    def _forward_chunks(
+        self, x: torch.Tensor, out_lens: torch.Tensor, chunk_size: int, left_chunks: int, phase: int,
+        start_time: int, lookahead: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunked forward as a loop over chunks, each seeing ``lookahead`` frames past its end.
+
+        Chunk k holds frames [s, e) of the grid ``(t + phase) // C``; its layers run on frames
+        [s, min(e + lookahead, T')) with every layer's K/V of the last ``left_chunks * C`` chunk frames
+        before s (the frames the chunk mask shows) and the conv inputs just before s, exactly the
+        caches of a stream. With lookahead 0 this equals the chunk-masked forward (tested), which is
+        what makes it the reference for streams with lookahead.
+
+        Args:
+            x: (B, T', D) embedded frames (positions and dropout applied); out_lens: (B,).
+        Returns:
+            out (B, T', D) after the final norm, and out_lens.
+        """
+        total = x.size(1)
+        budget = -1 if left_chunks < 0 else left_chunks * chunk_size
+        caches = [LayerCache() for _ in self.blocks]
+        outputs = []
+        start, end = 0, chunk_size - phase
+        while start < total:
+            end = min(end, total)
+            stop = min(end + lookahead, total)
+            cached = caches[0].cached_frames
+            key_times = torch.arange(start - cached, stop, device=x.device)  # (M + n + r,)
+            valid = key_times[None, :] < out_lens[:, None]  # (B, M + n + r): rows end at out_lens
+            h = x[:, start:stop]  # (B, n + r, D)
+            for block, cache in zip(self.blocks, caches):
+                attn_cache = None if cache.key is None else (cache.key, cache.value)
+                h, (k, v), cache.conv = block(h, valid[:, None, :], valid[:, cached:], attn_cache, cache.conv,
+                                              start_time + start, stop - end)
+                keep = k.size(2) - (stop - end)  # the lookahead's K/V are encoded again with their own chunk
+                cache.store_attention((k[:, :, :keep], v[:, :, :keep]), budget)
+            outputs.append(h[:, : end - start])
+            start, end = end, end + chunk_size
+        return self.norm(torch.cat(outputs, dim=1)), out_lens  # (B, T', D)
 
     # ---- streaming -------------------------------------------------------------
 
@@ -277,11 +342,12 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"state has {len(state.layers)} layer caches; the encoder has {len(self.blocks)} blocks.")
         self._subsample_new(feats, state)
         outputs = []
-        C = state.chunk_size
-        while state.pending is not None and (state.pending.size(1) >= C or final):
-            chunk, rest = state.pending[:, :C], state.pending[:, C:]
+        C, r = state.chunk_size, self.chunk_lookahead
+        while state.pending is not None and (state.pending.size(1) >= C + r or final):
+            n = min(C, state.pending.size(1))
+            window, rest = state.pending[:, : n + r], state.pending[:, n:]  # the chunk and its lookahead
             state.pending = rest if rest.size(1) > 0 else None
-            outputs.append(self._encode_chunk(chunk, state))
+            outputs.append(self._encode_chunk(window, state, window.size(1) - n))
         if final:
             state.finished = True
             state.feats = None
@@ -307,8 +373,9 @@ class ConformerEncoder(nn.Module):
         state.feats = rest if rest.size(1) > 0 else None
         state.pending = y if state.pending is None else torch.cat([state.pending, y], dim=1)
 
-    def _encode_chunk(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        """Run one chunk (B, c, D), c <= C, at each row's absolute time through all blocks."""
+    def _encode_chunk(self, x: torch.Tensor, state: StreamState, lookahead: int = 0) -> torch.Tensor:
+        """Run one chunk and its lookahead (B, c + lookahead, D), c <= C, at each row's absolute time through
+        all blocks; returns the chunk's c frames (B, c, D)."""
         if state.row_times is None:
             x = self.scheme.embed_input(x, state.time)
             start_time: int | torch.Tensor = state.time
@@ -319,8 +386,10 @@ class ConformerEncoder(nn.Module):
         mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time)
-            cache.store_attention(kv, state.cache_budget)
+            x, (k, v), cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time, lookahead)
+            keep = k.size(2) - lookahead  # the lookahead's K/V are encoded again with their own chunk
+            cache.store_attention((k[:, :, :keep], v[:, :, :keep]), state.cache_budget)
+        x = x[:, : x.size(1) - lookahead]
         state.advance_rows(x.size(1))
         return self.norm(x)
 
@@ -333,7 +402,7 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
     causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
     xscale=True, online_cmn_frames=0.0, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0,
-    conv_norm="layer_norm", conv_causal_pad="depthwise")
+    conv_norm="layer_norm", conv_causal_pad="depthwise", chunk_lookahead=0)
     or a scheme option
     (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
     """

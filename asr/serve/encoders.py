@@ -47,7 +47,9 @@ class EagerChunkEncoder:
     def step(self, feats: torch.Tensor, states: list[StreamState]) -> tuple[torch.Tensor, list[StreamState]]:
         batched = stack_states(states)  # new tensors: the streams' states stay as they were
         out, batched = self.encoder.stream_step(feats, batched)  # (B, C, D)
-        batched.feats = None  # each stream keeps its own feature overlap (its next chunk starts at `step`)
+        # Each stream keeps its own feature overlap (its next chunk starts at `step`), so the state drops the
+        # features and the lookahead frames left over: the next span brings them again.
+        batched.feats = batched.pending = None
         return out, split_state(batched)
 
     def flush(self, feats: torch.Tensor, state: StreamState) -> torch.Tensor:
@@ -66,10 +68,9 @@ class OnnxChunkEncoder:
 
     def __init__(self, runner: OnnxEncoderStep, encoder, chunk_size: int, left_chunks: int) -> None:
         spec = runner.spec
-        sub = encoder.subsampling
         want = dict(chunk_size=chunk_size, left_chunks=left_chunks, input_dim=encoder.input_dim,
                     d_model=encoder.d_model, num_layers=len(encoder.blocks),
-                    chunk_span=sub.window + sub.rate * (chunk_size - 1), pos_enc=encoder.scheme.name)
+                    chunk_span=encoder.chunk_window(chunk_size), pos_enc=encoder.scheme.name)
         differ = {k: (getattr(spec, k), v) for k, v in want.items() if getattr(spec, k) != v}
         if differ:
             listed = ", ".join(f"{k}: export {a} vs model {b}" for k, (a, b) in differ.items())

@@ -113,9 +113,10 @@ class EncoderStep(nn.Module):
         if not (scheme.is_relative or scheme.name in ("none", "abs_sin", "abs_learned", "wenet_rel")):
             raise ExportError(f"position scheme {scheme.name!r} has no exported step.")
         self.encoder = encoder.eval()
+        self.lookahead = encoder.chunk_lookahead  # the span's last frames: seen, not emitted, not cached
         sub = encoder.subsampling
         self.spec = StepSpec(
-            chunk_size=chunk_size, left_chunks=left_chunks, chunk_span=sub.window + sub.rate * (chunk_size - 1),
+            chunk_size=chunk_size, left_chunks=left_chunks, chunk_span=encoder.chunk_window(chunk_size),
             chunk_step=sub.rate * chunk_size, input_dim=encoder.input_dim, d_model=encoder.d_model,
             num_layers=len(encoder.blocks), num_heads=scheme.num_heads, head_dim=encoder.d_model // scheme.num_heads,
             conv_context=conv_kernel - 1, pos_enc=scheme.name, max_len=getattr(scheme, "max_len", None),
@@ -126,11 +127,11 @@ class EncoderStep(nn.Module):
         return (torch.zeros(1, self.spec.chunk_span, self.spec.input_dim), *self.spec.initial_state())
 
     def _embed_positions(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        """The scheme's input term at absolute times ``time + [0, C)``, with ``time`` a tensor. x: (1, C, D)."""
+        """The scheme's input term at absolute times ``time + [0, C + r)``, with ``time`` a tensor. x: (1, C + r, D)."""
         name = self.spec.pos_enc
         if name not in ("abs_sin", "abs_learned"):
             return x  # relative schemes put their positions in the attention scores
-        positions = time + torch.arange(self.spec.chunk_size, device=x.device)  # (C,) int64
+        positions = time + torch.arange(x.size(1), device=x.device)  # (C + r,) int64
         if name == "abs_sin":
             return x + sinusoid_table(positions.double(), self.spec.d_model).to(x.dtype)[None]
         return x + self.encoder.scheme.table.weight.index_select(0, positions)[None]
@@ -138,20 +139,20 @@ class EncoderStep(nn.Module):
     def forward(self, feats, keys, values, conv, valid, time):
         """feats (1, S, F) and the state -> out (1, C, D) and the next state (shapes in the module docstring)."""
         encoder, spec = self.encoder, self.spec
-        C, M = spec.chunk_size, spec.cache_frames
-        x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (1, C, D)
+        C, M, r = spec.chunk_size, spec.cache_frames, self.lookahead
+        x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (1, C + r, D)
         x = self._embed_positions(x, time)
-        # Keys are M cached frames then the chunk's C; the first M - valid cached ones are padding.
-        mask = (torch.arange(M + C, device=x.device) >= (M - valid))[None, None, :]  # (1, 1, M + C)
+        # Keys are M cached frames then the chunk's C and its r; the first M - valid cached ones are padding.
+        mask = (torch.arange(M + C + r, device=x.device) >= (M - valid))[None, None, :]  # (1, 1, M + C + r)
         next_keys, next_values, next_conv = [], [], []
         for i, block in enumerate(encoder.blocks):
             # time (1,): the chunk's first frame; wenet_rel reads its keys' absolute times from it.
-            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i], time)  # k, v: (1, H, M + C, Dh)
-            next_keys.append(k[:, :, C:])
-            next_values.append(v[:, :, C:])
+            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i], time, r)  # k, v: (1, H, M + C + r, Dh)
+            next_keys.append(k[:, :, C : C + M])  # the lookahead's are encoded again with their own chunk
+            next_values.append(v[:, :, C : C + M])
             next_conv.append(c)
         return (
-            encoder.norm(x),
+            encoder.norm(x[:, :C]),
             torch.stack(next_keys),
             torch.stack(next_values),
             torch.stack(next_conv),

@@ -444,8 +444,9 @@ class MultiStreamRecognizer:
         self.chunk_encoder = chunk_encoder or EagerChunkEncoder(encoder, chunk_size, left_chunks)
         self.num_bins = encoder.input_dim
         sub = encoder.subsampling
-        # Feature frames behind one chunk of C encoder frames, and the frames a chunk moves on by.
-        self.chunk_span = sub.window + sub.rate * (chunk_size - 1)
+        # Feature frames behind one chunk of C encoder frames (and its lookahead), and the frames a chunk
+        # moves on by.
+        self.chunk_span = encoder.chunk_window(chunk_size)
         self.chunk_step = sub.rate * chunk_size
         self.subsampling_rate = sub.rate
         self.frame_s = sub.rate * FRAME_SHIFT_S  # seconds per encoder frame

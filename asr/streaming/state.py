@@ -6,7 +6,8 @@ placeholder zero-size tensors.
 
 Everything here is bounded when ``left_chunks >= 0``: M <= left_chunks * C per
 layer, the conv cache is kernel-1 frames, the feature buffer holds fewer frames
-than the subsampling window and the pending encoder frames fewer than C.
+than the subsampling window and the pending encoder frames fewer than C + r (r: the
+encoder's ``chunk_lookahead``).
 
 Rows need not be in lock-step: a state built by stacking streams that started at
 different times (``asr.serve.batching``) gives each row its own absolute time
@@ -60,7 +61,8 @@ class StreamState:
         layers: one :class:`LayerCache` per Conformer block.
         feats: (B, n, F) normalized feature frames not yet subsampled; they start
             at input frame ``rate * (frames subsampled so far)``.
-        pending: (B, p, D) subsampled frames (p < C) waiting for a whole chunk.
+        pending: (B, p, D) subsampled frames (p < C + r) waiting for a whole chunk and its r frames of
+            lookahead (the encoder's ``chunk_lookahead``).
         time: absolute encoder time of the next frame to emit (= frames emitted).
         finished: set by ``final=True``; the state cannot be fed afterwards.
         row_times: (B,) absolute time of each row's next frame when rows are not in

@@ -17,7 +17,7 @@ class DynamicChunkSampler:
     """Draws the attention context of one training batch.
 
     With probability ``p_full`` the batch trains full-context: ``(0, -1)``. Otherwise
-    ``chunk_size`` is uniform in ``[1, max_chunk]`` encoder frames and ``left_chunks``
+    ``chunk_size`` is uniform in ``[min_chunk, max_chunk]`` encoder frames and ``left_chunks``
     is -1 (unlimited) with probability ``p_unlimited_left``, else uniform in
     ``[0, max_left]``. With ``random_phase`` the chunk grid of a chunked batch also shifts by a
     uniform phase in ``[0, chunk_size)`` (:meth:`phase`), so utterance onsets fall anywhere within
@@ -37,15 +37,17 @@ class DynamicChunkSampler:
         random_phase: bool = False,
         onset_edge_prob: float = 0.0,
         onset_edge_frames: int = 4,
+        min_chunk: int = 1,
     ) -> None:
         for name, p in (("p_full", p_full), ("p_unlimited_left", p_unlimited_left), ("onset_edge_prob", onset_edge_prob)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} ({p}) must be a probability in [0, 1].")
-        if max_chunk < 1:
-            raise ValueError(f"max_chunk ({max_chunk}) must be >= 1.")
+        if not 1 <= min_chunk <= max_chunk:
+            raise ValueError(f"need 1 <= min_chunk <= max_chunk; got min_chunk {min_chunk}, max_chunk {max_chunk}.")
         if max_left < 0:
             raise ValueError(f"max_left ({max_left}) must be >= 0.")
         self.p_full = p_full
+        self.min_chunk = min_chunk
         self.max_chunk = max_chunk
         self.max_left = max_left
         self.p_unlimited_left = p_unlimited_left
@@ -68,7 +70,7 @@ class DynamicChunkSampler:
         # Always consume the same number of draws so the sequence does not depend on
         # which branch earlier batches took.
         u_full, u_left = self._uniform(), self._uniform()
-        chunk = self._int(1, self.max_chunk)
+        chunk = self._int(self.min_chunk, self.max_chunk)
         left = self._int(0, self.max_left)
         if u_full < self.p_full:
             return 0, -1

@@ -44,6 +44,7 @@ class StreamingConfig:
     random_phase: bool = False
     onset_edge_prob: float = 0.0
     onset_edge_frames: int = 4
+    min_chunk: int = 1
     val_chunk_size: int = 16
     val_left_chunks: int = -1
 

@@ -87,7 +87,7 @@ class AsrLightningModule(pl.LightningModule):
         self.scheduler_config = scheduler
         self.chunks = DynamicChunkSampler(
             streaming.p_full, streaming.max_chunk, streaming.max_left, streaming.p_unlimited_left, seed,
-            streaming.random_phase, streaming.onset_edge_prob, streaming.onset_edge_frames,
+            streaming.random_phase, streaming.onset_edge_prob, streaming.onset_edge_frames, streaming.min_chunk,
         )
         self.val_settings = {"val_wer": (0, -1)}
         if streaming.val_chunk_size > 0:

@@ -18,7 +18,8 @@ from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.features import LEGACY, SHERPA, FbankExtractor, FeatureConfig, training_backend
 from asr.data.manifest import read_cuts
 from asr.data.tokenizer import load_tokenizer, write_char_units
-from asr.interop.sherpa_check import compare, normalize, tail_seconds
+from asr.decode import ctc_greedy
+from asr.interop.sherpa_check import compare, normalize, sherpa_tokens, tail_seconds, with_tail
 from asr.interop.sherpa_server import server_binary
 from asr.interop.sherpa_onnx import (
     INPUT_NAMES, OUTPUT_NAMES, SherpaCtcStep, SherpaExportError, SherpaRunner, check_exportable,
@@ -114,6 +115,45 @@ def test_streams_of_different_ages_in_one_batch_equal_each_alone(exported):
     assert np.abs(lp_b - np.concatenate([lp_0, lp_1])).max() < 1e-5
     for b, a0, a1 in zip(next_b, next_0, next_1):
         assert np.abs(b.astype(np.float64) - np.concatenate([a0, a1])).max() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def exported_lookahead(tmp_path_factory):
+    """A random rel_xl model with online CMN whose chunks see 3 frames past their end, exported once."""
+    model, tok = random_model(seed=3, chunk_lookahead=3)
+    out = tmp_path_factory.mktemp("sherpa_lookahead")
+    export_sherpa_onnx(SherpaCtcStep(model, C, LEFT), tok, out)
+    return model, tok, out
+
+
+def test_a_lookahead_graph_equals_eager_streaming(exported_lookahead):
+    """The window is the chunk and its lookahead (longer than the shift by them); only the chunk is emitted."""
+    model, _, out = exported_lookahead
+    runner = SherpaRunner(out / "model.onnx")
+    assert runner.layout.window - runner.layout.shift == 3 + 3 * 4  # subsampling window 7 - rate 4, and r * rate
+    wave = noise(2.5, 8, 16000)
+    got = torch.from_numpy(runner.log_probs(FbankExtractor(SHERPA)(wave).numpy()))
+    want = eager_log_probs(model, wave)[: got.size(0)]
+    assert got.size(0) > (LEFT + 2) * C
+    assert (got - want).abs().max() < 1e-4
+
+
+@pytest.mark.skipif(not sherpa_installed(), reason="pip install sherpa-onnx==2.0.1 (the dev extra)")
+def test_sherpa_onnx_decodes_a_lookahead_export_as_our_streams(exported_lookahead):
+    """sherpa-onnx itself feeds windows longer than their shift as the graph expects. Compared over the frames
+    sherpa-onnx decodes: our recognizer also decodes the tail's last partial chunk, and a random model reads
+    tokens into zeros."""
+    model, _, out = exported_lookahead
+    runner = SherpaRunner(out / "model.onnx")
+    waves = with_tail(runner.layout, [noise(seconds, seed + 20, 16000).numpy() for seed, seconds in
+                                      enumerate([0.9, 1.7, 2.6])], lead_s=0.5)
+    theirs = sherpa_tokens(out, waves)
+    for wave, ids in zip(waves, theirs):
+        frames = runner.log_probs(FbankExtractor(SHERPA)(torch.from_numpy(wave)).numpy()).shape[0]
+        log_probs = eager_log_probs(model, torch.from_numpy(wave))[:frames]
+        ours = ctc_greedy(log_probs[None], torch.tensor([frames]))[0]
+        assert list(ours) == list(ids)
+    assert sum(len(ids) for ids in theirs) > 12  # the model said a lot: the comparison meant something
 
 
 @pytest.mark.parametrize("noise_snr_db", [0.0, 6.0])

@@ -127,6 +127,10 @@ def test_what_the_wenet_format_cannot_carry_is_refused_by_name(tmp_path):
         check_wenet_exportable(model, replace(features, window_type="hann"), C, LEFT)
     with pytest.raises(SherpaExportError, match=r"left_chunks \(0\)"):
         check_wenet_exportable(model, features, C, 0)
+    model.encoder.chunk_lookahead = 2
+    with pytest.raises(SherpaExportError, match="chunk_lookahead=2"):
+        check_wenet_exportable(model, features, C, LEFT)
+    model.encoder.chunk_lookahead = 0
     model.encoder.online_cmn_frames = 10.0
     with pytest.raises(SherpaExportError, match="online CMN"):
         check_wenet_exportable(model, features, C, LEFT)

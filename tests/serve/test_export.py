@@ -54,6 +54,21 @@ def test_onnx_step_equals_eager_over_an_utterance(tokenizer, tmp_path, scheme):
     assert (got - want).abs().max().item() <= TOLERANCE
 
 
+@pytest.mark.parametrize("scheme", ["rel_xl", "abs_sin", "wenet_rel"])
+def test_a_lookahead_step_equals_eager_over_an_utterance(tokenizer, tmp_path, scheme):
+    """The span holds the chunk and its lookahead; the step emits and caches the chunk's frames alone."""
+    encoder = tiny_model(tokenizer, scheme, chunk_lookahead=3).encoder
+    step = EncoderStep(encoder, C, LEFT)
+    assert step.spec.chunk_span == step.spec.chunk_step + 3 + 3 * 4  # subsampling window 7, rate 4
+    feats = utterance_feats(seed=3)
+    chunks = whole_chunks(feats, step.spec)
+    assert len(chunks) > LEFT + 2
+    want = eager_whole_chunks(encoder, feats, len(chunks))
+    got = run_onnx(export_onnx(step, tmp_path / "step.onnx"), chunks)
+    assert got.shape == want.shape
+    assert (got - want).abs().max().item() <= TOLERANCE
+
+
 def test_torchscript_step_equals_eager_and_carries_its_spec(tokenizer, tmp_path):
     encoder = tiny_model(tokenizer, "rel_xl").encoder
     step = EncoderStep(encoder, C, LEFT)

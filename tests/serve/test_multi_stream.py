@@ -27,6 +27,21 @@ def pieces(wave: torch.Tensor, seed: int):
         start += n
 
 
+def serve_whole(rec: MultiStreamRecognizer, waves: list[torch.Tensor]) -> list:
+    """One stream per wave, each sent in random pieces and finished, decoded until every stream is done."""
+    streams = [rec.create_stream() for _ in waves]
+    for i, (wave, stream) in enumerate(zip(waves, streams)):
+        for piece in pieces(wave, i):
+            stream.accept_waveform(SAMPLE_RATE, piece)
+        stream.finish()
+    for _ in range(200):
+        rec.decode()
+        if all(s.is_done() for s in streams):
+            break
+    assert all(s.is_done() for s in streams)
+    return streams
+
+
 def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
     rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
                                 endpoint=NO_ENDPOINT)
@@ -177,28 +192,37 @@ def test_bad_input_is_rejected(model, tokenizer):
         stream.reset()
 
 
-def test_online_cmn_model_serves_what_its_offline_forward_gives(model, tokenizer):
-    """Each stream's frontend applies the running mean once per frame, though the chunks overlap."""
-    cmn_model = copy.deepcopy(model)
-    cmn_model.encoder.online_cmn_frames = 20.0
-    rec = MultiStreamRecognizer(cmn_model, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
+def assert_serves_its_chunked_forward(changed, model, tokenizer, waves: list[torch.Tensor]) -> None:
+    """``changed`` (a copy of ``model`` with one encoder setting changed) served by a MultiStreamRecognizer gives
+    each stream the CTC log-probs of its own chunked forward, and not those of ``model``."""
+    rec = MultiStreamRecognizer(changed, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
                                 endpoint=NO_ENDPOINT)
-    waves = [noise(s, seed + 7, SAMPLE_RATE) for seed, s in enumerate([1.7, 2.2])]
-    streams = [rec.create_stream() for _ in waves]
-    for i, (wave, stream) in enumerate(zip(waves, streams)):
-        for piece in pieces(wave, i):
-            stream.accept_waveform(SAMPLE_RATE, piece)
-        stream.finish()
-    for _ in range(200):
-        rec.decode()
-        if all(s.is_done() for s in streams):
-            break
+    streams = serve_whole(rec, waves)
+    assert max(rec.batch_sizes) == len(streams)
     extractor = FbankExtractor()
     for wave, stream in zip(waves, streams):
         feats = extractor(wave)[None]  # (1, T, F)
         with torch.no_grad():
-            enc, _ = cmn_model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
+            enc, _ = changed.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
             plain, _ = model.encoder(feats, torch.tensor([feats.size(1)]), chunk_size=C, left_chunks=LEFT)
         got = torch.cat(stream._utt.log_probs)
-        assert torch.allclose(got, cmn_model.ctc_log_probs(enc)[0], atol=1e-4)
-        assert not torch.allclose(got, model.ctc_log_probs(plain)[0], atol=1e-3)  # the normalization mattered
+        assert got.shape == (enc.size(1), changed.vocab_size)
+        assert torch.allclose(got, changed.ctc_log_probs(enc)[0], atol=1e-4)
+        assert not torch.allclose(got, model.ctc_log_probs(plain)[0], atol=1e-3)  # the setting mattered
+
+
+def test_online_cmn_model_serves_what_its_offline_forward_gives(model, tokenizer):
+    """Each stream's frontend applies the running mean once per frame, though the chunks overlap."""
+    cmn_model = copy.deepcopy(model)
+    cmn_model.encoder.online_cmn_frames = 20.0
+    assert_serves_its_chunked_forward(cmn_model, model, tokenizer,
+                                      [noise(s, seed + 7, SAMPLE_RATE) for seed, s in enumerate([1.7, 2.2])])
+
+
+def test_a_lookahead_model_serves_what_its_chunked_forward_gives(model, tokenizer):
+    """Each step's span carries the chunk's lookahead frames; the state drops them, the next span brings them."""
+    ahead = copy.deepcopy(model)
+    ahead.encoder.chunk_lookahead = 3
+    assert ahead.encoder.chunk_window(C) == model.encoder.chunk_window(C) + 3 * ahead.encoder.subsampling_rate
+    assert_serves_its_chunked_forward(ahead, model, tokenizer,
+                                      [noise(s, seed + 11, SAMPLE_RATE) for seed, s in enumerate([1.9, 1.2])])

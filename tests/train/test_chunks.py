@@ -38,7 +38,8 @@ def test_state_dict_resumes_the_sequence():
     assert [fresh.sample() for _ in range(20)] == tail
 
 
-@pytest.mark.parametrize("kwargs", [{"p_full": 1.5}, {"max_chunk": 0}, {"max_left": -1}])
+@pytest.mark.parametrize("kwargs", [{"p_full": 1.5}, {"max_chunk": 0}, {"max_left": -1}, {"min_chunk": 0},
+                                    {"min_chunk": 6, "max_chunk": 5}])
 def test_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
         DynamicChunkSampler(**kwargs)
@@ -61,3 +62,12 @@ def test_random_phase_spans_the_chunk_and_costs_no_draw_when_off():
         assert off.phase(chunk) == 0
         drawn.append((chunk, left))
     assert drawn == [plain.sample() for _ in range(50)]
+
+
+def test_min_chunk_bounds_the_draws_and_keeps_the_default_sequence():
+    low = DynamicChunkSampler(p_full=0.0, max_chunk=9, seed=3, min_chunk=4)
+    chunks = {low.sample()[0] for _ in range(300)}
+    assert chunks == set(range(4, 10))
+    # min_chunk=1 is the sampler as it was: the same draws, the same sequence
+    default, explicit = DynamicChunkSampler(seed=4), DynamicChunkSampler(seed=4, min_chunk=1)
+    assert [default.sample() for _ in range(50)] == [explicit.sample() for _ in range(50)]

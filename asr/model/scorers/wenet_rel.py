@@ -28,7 +28,7 @@ Axis legend: B batch, H heads, C queries, K keys, Dh head dim, D = H * Dh.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor
