@@ -150,7 +150,11 @@ def test_lookahead_streams_exactly_on_each_device(device, pos_enc):
     torch.testing.assert_close(got, expected[0, : int(out_lens[0])], rtol=0, atol=1e-5)
     x = feats[:1].clone().requires_grad_(True)
     out, _ = enc.train()(x, lens[:1], 4, 2)
-    out[0, :4].sum().backward()  # the first chunk: its lookahead's feature frames get gradient, later ones none
+    # The first chunk, weighted (a plain sum of a LayerNorm's output has no gradient): its lookahead's feature
+    # frames get gradient, later ones none.
+    weights = torch.randn(4, out.size(2), generator=torch.Generator().manual_seed(0)).to(device)
+    (out[0, :4] * weights).sum().backward()
     sub = enc.subsampling
-    seen = sub.rate * (4 + 3 - 1) + sub.window
-    assert x.grad[0, seen - 1].abs().sum() > 0 and x.grad[0, seen:].abs().sum() == 0
+    seen = sub.rate * (4 + 3 - 1) + sub.window  # feature frames the chunk's last lookahead frame reads up to
+    only_last = slice(seen - sub.rate, seen)  # read by that frame and no earlier one
+    assert x.grad[0, only_last].abs().sum() > 0 and x.grad[0, seen:].abs().sum() == 0
