@@ -238,14 +238,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
 
-def chunk_end_samples(total: int, chunk_size: int, subsampling, features=None) -> list[int]:
-    """Sample counts at which each whole encoder chunk becomes computable (``features``: the
-    model's ``FeatureConfig``, None: LEGACY)."""
+def chunk_end_samples(total: int, chunk_size: int, encoder, features=None) -> list[int]:
+    """Sample counts at which each whole encoder chunk (and its lookahead) becomes computable
+    (``features``: the model's ``FeatureConfig``, None: LEGACY)."""
     from asr.data.features import samples_for_frames
 
     ends, k = [], 1
     while True:
-        frames = subsampling.window + subsampling.rate * (k * chunk_size - 1)
+        frames = encoder.chunk_window(k * chunk_size)
         samples = samples_for_frames(features, frames)
         if samples > total:
             return ends
@@ -253,12 +253,12 @@ def chunk_end_samples(total: int, chunk_size: int, subsampling, features=None) -
         k += 1
 
 
-def chunk_latencies(session, wave_len: int, chunk_size: int, subsampling, sample_rate: int,
+def chunk_latencies(session, wave_len: int, chunk_size: int, encoder, sample_rate: int,
                     features=None) -> list[float]:
     """Per chunk: first reply after the piece completing it was sent, minus that send time."""
     arrivals = sorted(r.received_at for r in session.replies if r.type in ("partial_result", "final_result"))
     out = []
-    for end in chunk_end_samples(wave_len, chunk_size, subsampling, features):
+    for end in chunk_end_samples(wave_len, chunk_size, encoder, features):
         sent = next((t for s, t in session.sent_at if s * sample_rate >= end), None)
         reply = next((a for a in arrivals if sent is not None and a >= sent), None)
         if reply is not None:
@@ -328,7 +328,6 @@ def main(argv: list[str] | None = None) -> int:
         from asr.decode.hotwords import read_hotwords
 
         pool = [text for text, _ in read_hotwords(args.hotword_pool)]
-    subsampling = model.encoder.subsampling
     if args.backend == "sherpa-onnx":
         server, uri, reference = start_sherpa(args, waves, model, tokenizer, features)
         final_text = sherpa_final_text(Path(args.sherpa_export) / "tokens.txt", tokenizer)
@@ -380,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                 cores = used / (time.perf_counter() - wall0)
                 per_stream = used / (sum(w.numel() for w in chosen) / SAMPLE_RATE)  # cores a real-time stream needs
                 lat = [x for w, s in zip(chosen, sessions)
-                       for x in chunk_latencies(s, w.numel(), args.chunk_size, subsampling, SAMPLE_RATE, features)]
+                       for x in chunk_latencies(s, w.numel(), args.chunk_size, model.encoder, SAMPLE_RATE, features)]
                 # latency catches replies held back and then sent in a burst (their gaps are short)
                 replies[flooding is not None] = ", ".join(
                     f"{what} p95 {1000 * percentile(x, 95):.0f} ms (max {1000 * max(x, default=math.nan):.0f})"

@@ -112,3 +112,15 @@ def test_bench_serve_list_flood_reports_reply_gaps_with_and_without_it(tmp_path,
     assert int(started) >= 1 and ready == started, line
     replies = r"latency p95 \d+ ms \(max \d+\), gap p95 \d+ ms \(max \d+\)"
     assert re.search(f"real-time replies with it: {replies}; without: {replies}; server RSS", line), line
+
+
+def test_a_chunk_is_computable_once_its_lookahead_has_arrived():
+    from asr.cli.bench_serve import chunk_end_samples
+    from asr.data.features import samples_for_frames
+    from asr.model import build_encoder
+
+    plain = build_encoder("rel_xl", input_dim=80, d_model=16, num_heads=2)
+    ahead = build_encoder("rel_xl", input_dim=80, d_model=16, num_heads=2, chunk_lookahead=3)
+    first_plain, first_ahead = chunk_end_samples(10**6, 4, plain)[0], chunk_end_samples(10**6, 4, ahead)[0]
+    assert first_plain == samples_for_frames(None, 7 + 4 * 3)  # subsampling window 7, rate 4, C 4
+    assert first_ahead == samples_for_frames(None, 7 + 4 * 6)  # and 3 lookahead frames
