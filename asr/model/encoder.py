@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from asr.model.conformer import ConformerBlock
-from asr.model.masks import ChunkMask, check_chunk_args, padding_mask
+from asr.model.masks import ChunkMask, check_chunk_args, check_chunk_phase, padding_mask
 from asr.model.normalization import OnlineCmn, SpeechGate
 from asr.model.positions import build_position_scheme
 from asr.model.scorers.blocked import use_blocked
@@ -238,6 +238,10 @@ class ConformerEncoder(nn.Module):
         x = self._embed((feats - self.cmvn_mean) * self.cmvn_istd)  # (B, T', D)
         out_lens = self.output_length(lengths.long())  # (B,)
         x = self.dropout(self.scheme.embed_input(x, start_time))
+        if chunk_size > 0 and self.chunk_lookahead > 0:
+            check_chunk_phase(chunk_size, chunk_phase)
+            return self._forward_chunks(x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
+                                        self.chunk_lookahead)
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
         mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks, chunk_phase)
         if not use_blocked(x.size(0), self.num_heads, x.size(1), x.size(1), torch.is_grad_enabled()):
@@ -245,9 +249,6 @@ class ConformerEncoder(nn.Module):
             # once. It also keeps the ChunkMask's ints out of compiled blocks, whose guards would otherwise
             # specialize on them (chunk 0 or not, left chunks -1 or not) and recompile (asr/train/compile.py).
             mask = mask.dense()  # (B, T', T') or (B, 1, T')
-        if chunk_size > 0 and self.chunk_lookahead > 0:
-            return self._forward_chunks(x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
-                                        self.chunk_lookahead)
         pad = padding_mask(out_lens, x.size(1))  # (B, T')
         for block in self.blocks:
             x, _, _ = block(x, mask, pad, start_time=start_time)

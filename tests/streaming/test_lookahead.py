@@ -128,6 +128,9 @@ def test_lookahead_is_checked():
         build_encoder("rel_xl", input_dim=F, d_model=16, num_heads=2, chunk_lookahead=-1)
     with pytest.raises(ValueError, match="causal"):
         build_encoder("rel_xl", input_dim=F, d_model=16, num_heads=2, causal=False, chunk_lookahead=2)
+    feats, lens = batch(2)
+    with pytest.raises(ValueError, match="phase"):
+        tiny("rel_xl", 2)(feats, lens, 4, 1, chunk_phase=4)
 
 
 def test_full_context_ignores_lookahead():
