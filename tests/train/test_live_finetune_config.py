@@ -12,14 +12,16 @@ def compose_experiment(name: str):
         return compose("train", overrides=[f"experiment={name}", "out_dir=/tmp/unused"])
 
 
-def test_live_finetune_is_the_quickstart_model_with_the_gate_on_and_its_source_tokenizer():
+def test_live_finetune_is_the_quickstart_model_with_the_gate_and_lookahead_on_and_its_source_tokenizer():
     live, base = compose_experiment("live_finetune"), compose_experiment("quickstart")
     assert live.experiment_name == "live_finetune"
     assert live.init_from == "exp/quickstart_rel_xl/checkpoints/avg3.ckpt"
     assert live.finetune.keep_architecture is False  # else the source's encoder, gate off, would be built
     assert live.model.encoder.online_cmn_gate_db > 0 and base.model.encoder.online_cmn_gate_db == 0
-    gate_off = dict(live.model.encoder, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0)
-    assert gate_off == dict(base.model.encoder)  # every tensor of the source fits
+    assert live.model.encoder.chunk_lookahead > 0 and base.model.encoder.chunk_lookahead == 0
+    # the gate and the lookahead add no tensor: every tensor of the source fits
+    as_source = dict(live.model.encoder, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0, chunk_lookahead=0)
+    assert as_source == dict(base.model.encoder)
     assert live.features == base.features
     assert live.data.data_dir == "data/synth_live" and live.data.tokenizer_path == "data/synth/tokenizer"
     assert live.data.feature_store == "data/synth_live/feature_store"
