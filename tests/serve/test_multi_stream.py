@@ -226,3 +226,12 @@ def test_a_lookahead_model_serves_what_its_chunked_forward_gives(model, tokenize
     assert ahead.encoder.chunk_window(C) == model.encoder.chunk_window(C) + 3 * ahead.encoder.subsampling_rate
     assert_serves_its_chunked_forward(ahead, model, tokenizer,
                                       [noise(s, seed + 11, SAMPLE_RATE) for seed, s in enumerate([1.9, 1.2])])
+
+
+def test_a_lookahead_model_with_online_cmn_serves_its_chunked_forward(model, tokenizer):
+    """The running mean counts each frame once although a lookahead span overlaps the next one by more."""
+    both = copy.deepcopy(model)
+    both.encoder.chunk_lookahead = 2
+    both.encoder.online_cmn_frames = 20.0
+    assert_serves_its_chunked_forward(both, model, tokenizer,
+                                      [noise(s, seed + 13, SAMPLE_RATE) for seed, s in enumerate([1.6, 2.1])])
