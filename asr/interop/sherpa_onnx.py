@@ -270,9 +270,9 @@ class SherpaCtcStep(nn.Module):
             keys = cached[..., :D].reshape(B, M, H, Dh).transpose(1, 2)  # (B, H, M, Dh)
             values = cached[..., D:].reshape(B, M, H, Dh).transpose(1, 2)
             # the clock: wenet_rel scores each key's absolute time
-            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time, r)  # k, v: (B, H, M + C + r, Dh)
-            k = k[:, :, C : C + M].transpose(1, 2).reshape(B, M, D)  # the last M frames before the lookahead
-            v = v[:, :, C : C + M].transpose(1, 2).reshape(B, M, D)
+            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time, r)  # k, v: (B, H, M + C, Dh)
+            k = k[:, :, C:].transpose(1, 2).reshape(B, M, D)  # the last M frames
+            v = v[:, :, C:].transpose(1, 2).reshape(B, M, D)
             next_kv.append(torch.cat([k, v], dim=-1))  # (B, M, 2D)
             next_conv.append(c.reshape(B, -1))  # (B, D*K)
         log_probs = self.model.ctc_log_probs(encoder.norm(x[:, :C]))  # (B, C, V)

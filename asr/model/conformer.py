@@ -190,16 +190,17 @@ class ConformerBlock(nn.Module):
             conv_cache: (B, D, kernel-1) or None, see :class:`ConvModule`.
             start_time: absolute time of x's first frame (int or (B,) tensor), for
                 position schemes whose attention reads absolute key times (wenet_rel).
-            lookahead: x's last frames that the next call sees again (a chunk's lookahead); the conv
-                cache ends before them, and the caller drops them from the returned (k, v).
+            lookahead: x's last frames that the next call encodes again as its own (a chunk's
+                lookahead); neither the returned (k, v) nor the conv cache holds them.
         Returns:
-            out (B, C, D); (k, v) each (B, H, K, Dh) = cache + this call's frames
-            (the caller trims it to its left-context budget); new conv cache.
+            out (B, C, D); (k, v) each (B, H, K - lookahead, Dh) = cache + this call's frames but the
+            lookahead (the caller trims it to its left-context budget); new conv cache.
         """
         x = x + 0.5 * self.dropout(self.ff_in(self.norm_ff_in(x)))
-        a, kv = self.attn(self.norm_attn(x), mask, attn_cache, start_time)
+        a, (k, v) = self.attn(self.norm_attn(x), mask, attn_cache, start_time)
+        kept = k.size(2) - lookahead
         x = x + self.dropout(a)
         c, conv_cache = self.conv(self.norm_conv(x), pad_mask, conv_cache, lookahead)
         x = x + self.dropout(c)
         x = x + 0.5 * self.dropout(self.ff_out(self.norm_ff_out(x)))
-        return self.norm_final(x), kv, conv_cache
+        return self.norm_final(x), (k[:, :, :kept], v[:, :, :kept]), conv_cache

@@ -285,10 +285,9 @@ class ConformerEncoder(nn.Module):
             h = x[:, start:stop]  # (B, n + r, D)
             for block, cache in zip(self.blocks, caches):
                 attn_cache = None if cache.key is None else (cache.key, cache.value)
-                h, (k, v), cache.conv = block(h, valid[:, None, :], valid[:, cached:], attn_cache, cache.conv,
-                                              start_time + start, stop - end)
-                keep = k.size(2) - (stop - end)  # the lookahead's K/V are encoded again with their own chunk
-                cache.store_attention((k[:, :, :keep], v[:, :, :keep]), budget)
+                h, kv, cache.conv = block(h, valid[:, None, :], valid[:, cached:], attn_cache, cache.conv,
+                                          start_time + start, stop - end)
+                cache.store_attention(kv, budget)
             outputs.append(h[:, : end - start])
             start, end = end, end + chunk_size
         return self.norm(torch.cat(outputs, dim=1)), out_lens  # (B, T', D)
@@ -387,9 +386,8 @@ class ConformerEncoder(nn.Module):
         mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, (k, v), cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time, lookahead)
-            keep = k.size(2) - lookahead  # the lookahead's K/V are encoded again with their own chunk
-            cache.store_attention((k[:, :, :keep], v[:, :, :keep]), state.cache_budget)
+            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time, lookahead)
+            cache.store_attention(kv, state.cache_budget)
         x = x[:, : x.size(1) - lookahead]
         state.advance_rows(x.size(1))
         return self.norm(x)

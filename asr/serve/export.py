@@ -113,7 +113,6 @@ class EncoderStep(nn.Module):
         if not (scheme.is_relative or scheme.name in ("none", "abs_sin", "abs_learned", "wenet_rel")):
             raise ExportError(f"position scheme {scheme.name!r} has no exported step.")
         self.encoder = encoder.eval()
-        self.lookahead = encoder.chunk_lookahead  # the span's last frames: seen, not emitted, not cached
         sub = encoder.subsampling
         self.spec = StepSpec(
             chunk_size=chunk_size, left_chunks=left_chunks, chunk_span=encoder.chunk_window(chunk_size),
@@ -139,7 +138,8 @@ class EncoderStep(nn.Module):
     def forward(self, feats, keys, values, conv, valid, time):
         """feats (1, S, F) and the state -> out (1, C, D) and the next state (shapes in the module docstring)."""
         encoder, spec = self.encoder, self.spec
-        C, M, r = spec.chunk_size, spec.cache_frames, self.lookahead
+        C, M = spec.chunk_size, spec.cache_frames
+        r = encoder.chunk_lookahead  # the span's last encoder frames: seen, not emitted, not cached
         x = encoder.subsampling((feats - encoder.cmvn_mean) * encoder.cmvn_istd) * encoder.scale  # (1, C + r, D)
         x = self._embed_positions(x, time)
         # Keys are M cached frames then the chunk's C and its r; the first M - valid cached ones are padding.
@@ -147,9 +147,9 @@ class EncoderStep(nn.Module):
         next_keys, next_values, next_conv = [], [], []
         for i, block in enumerate(encoder.blocks):
             # time (1,): the chunk's first frame; wenet_rel reads its keys' absolute times from it.
-            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i], time, r)  # k, v: (1, H, M + C + r, Dh)
-            next_keys.append(k[:, :, C : C + M])  # the lookahead's are encoded again with their own chunk
-            next_values.append(v[:, :, C : C + M])
+            x, (k, v), c = block(x, mask, None, (keys[i], values[i]), conv[i], time, r)  # k, v: (1, H, M + C, Dh)
+            next_keys.append(k[:, :, C:])
+            next_values.append(v[:, :, C:])
             next_conv.append(c)
         return (
             encoder.norm(x[:, :C]),
