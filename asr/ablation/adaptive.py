@@ -23,7 +23,9 @@ Everything a decision reads is on disk (the runs' learning curves, ``<run>/rungs
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,6 +167,8 @@ def plan_rungs(
     measure: Callable[[str, Path, int], list[dict] | None],
     val_every: int = 1,
     log: Callable[[str], None] = print,
+    jobs: int = 1,
+    interrupt: Callable[[], None] = lambda: None,
 ) -> tuple[list[Rung], dict[str, str]]:
     """Run the rungs; returns them and the schemes that failed (scheme -> why).
 
@@ -173,6 +177,9 @@ def plan_rungs(
     ``train_to(scheme, run_dir, steps)`` trains (or resumes) one run to ``steps`` and says whether
     it succeeded; ``measure(scheme, run_dir, steps)`` returns its dev records (None: failed).
     A failed scheme leaves the rungs (the report shows it failed); the others go on.
+    ``jobs`` runs of a rung train at once (``train_to`` is called from that many threads; ``measure``
+    from one at a time); the decisions read only the records, so they do not depend on it. Only this
+    thread sees Ctrl-C or SIGTERM: ``interrupt()`` then stops the trainings the other threads wait on.
     """
     rungs: list[Rung] = []
     failed: dict[str, str] = {}
@@ -180,21 +187,7 @@ def plan_rungs(
     undecided = list(schemes)
     spent = {str(run): 0 for scheme in schemes for run in runs_of(scheme)}
     while undecided:
-        records: dict[str, list[list[dict]]] = {}
-        for scheme in undecided:
-            rows = []
-            for run in runs_of(scheme):
-                if not train_to(scheme, run, steps):
-                    failed[scheme] = f"training to {steps} steps failed"
-                    break
-                spent[str(run)] = steps
-                measured = measure(scheme, run, steps)
-                if measured is None:
-                    failed[scheme] = f"the dev measurement at {steps} steps failed"
-                    break
-                rows.append(measured)
-            if scheme not in failed:
-                records[scheme] = rows
+        records = _train_rung(undecided, runs_of, steps, train_to, measure, jobs, spent, failed, interrupt)
         undecided = [s for s in undecided if s not in failed]
         if not undecided:
             break
@@ -219,3 +212,68 @@ def plan_rungs(
             break
         steps = grown
     return rungs, failed
+
+
+def _train_rung(
+    schemes: Sequence[str],
+    runs_of: Callable[[str], Sequence[Path]],
+    steps: int,
+    train_to: Callable[[str, Path, int], bool],
+    measure: Callable[[str, Path, int], list[dict] | None],
+    jobs: int,
+    spent: dict[str, int],
+    failed: dict[str, str],
+    interrupt: Callable[[], None],
+) -> dict[str, list[list[dict]]]:
+    """Train and measure every run of ``schemes`` at ``steps``, ``jobs`` at a time; returns each
+    scheme's dev records (in its runs' order) and adds the schemes that failed to ``failed``.
+
+    A scheme whose run failed starts none of its runs not yet started; its reason is that of its
+    first failed run, whichever finished first.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs ({jobs}) must be >= 1")
+    lock = threading.Lock()  # guards spent, failed and reasons
+    measuring = threading.Lock()  # one dev decode at a time: it runs in this process
+    reasons: dict[str, dict[int, str]] = {scheme: {} for scheme in schemes}
+    rows: dict[tuple[str, int], list[dict]] = {}
+
+    def one(scheme: str, index: int, run: Path) -> None:
+        with lock:
+            if reasons[scheme]:
+                return
+        if not train_to(scheme, run, steps):
+            with lock:
+                reasons[scheme][index] = f"training to {steps} steps failed"
+            return
+        with lock:
+            spent[str(run)] = steps
+        with measuring:
+            measured = measure(scheme, run, steps)
+        with lock:
+            if measured is None:
+                reasons[scheme][index] = f"the dev measurement at {steps} steps failed"
+            else:
+                rows[scheme, index] = measured
+
+    tasks = [(scheme, index, run) for scheme in schemes for index, run in enumerate(runs_of(scheme))]
+    if jobs == 1:
+        for task in tasks:
+            one(*task)
+    else:
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="rung")
+        try:
+            for future in [pool.submit(one, *task) for task in tasks]:
+                future.result()
+        except BaseException:
+            interrupt()  # else the pool would wait for every running training to end by itself
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
+    records: dict[str, list[list[dict]]] = {}
+    for scheme in schemes:
+        if reasons[scheme]:
+            failed[scheme] = reasons[scheme][min(reasons[scheme])]
+        else:
+            records[scheme] = [rows[scheme, index] for index in range(len(runs_of(scheme)))]
+    return records

@@ -33,7 +33,7 @@ from asr.ablation.results import (
     write_jsonl,
     write_marker,
 )
-from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training
+from asr.ablation.training import TrainJob, TrainOutcome, find_checkpoint, run_training, stop_all_trainings
 from asr.model.positions import POSITION_SCHEMES
 
 # The adaptive budget's decisions, one line each (the report's Budget section; --report-only reads them).
@@ -66,6 +66,9 @@ class AblationSettings:
     train_timeout_minutes: float | None = None
     # The training code's frozen copy (asr.ablation.snapshot.freeze_code); None: this checkout's.
     code_root: Path | None = None
+    # Runs that train at once (the adaptive budget's rungs), each with its share of the CPU cores:
+    # a small model uses a few cores poorly, so several runs at once finish a rung sooner.
+    jobs: int = 1
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -78,6 +81,8 @@ class AblationSettings:
             raise ValueError("no schemes to run (schemes is empty)")
         if self.seeds < 1:
             raise ValueError(f"seeds ({self.seeds}) must be >= 1")
+        if self.jobs < 1:
+            raise ValueError(f"jobs ({self.jobs}) must be >= 1")
         bad = {s: n for s, n in self.scheme_seeds.items() if s not in ALL_SCHEMES or n < 1}
         if bad:
             raise ValueError(f"per-scheme seeds {bad}: each must name a scheme ({', '.join(ALL_SCHEMES)}) and be >= 1")
@@ -112,7 +117,15 @@ class AblationSettings:
             resume_from=resume_from,
             timeout_s=timeout,
             code_root=self.code_root,
+            threads=self.threads_per_run(),
         )
+
+    def threads_per_run(self) -> int | None:
+        """CPU threads of each training process when ``jobs`` share the machine (None: one run at a time,
+        or the caller fixed OMP_NUM_THREADS)."""
+        if self.jobs == 1 or "OMP_NUM_THREADS" in os.environ:
+            return None
+        return max(1, (os.cpu_count() or 1) // self.jobs)
 
     def training_settings(self, seed: int | None = None) -> dict[str, Any]:
         """What a run's result depends on (not the scheme list or output folder)."""
@@ -168,6 +181,8 @@ class AblationRunner:
 
     def run(self) -> list[SchemeResult]:
         """Every scheme in order; returns their results (the report is on disk)."""
+        if self.settings.jobs != 1:
+            raise ValueError("a fixed budget trains one run at a time: several jobs need the adaptive budget")
         start = time.monotonic()
         results: list[SchemeResult] = []
         for scheme, seed, run_dir in self.settings.runs():
@@ -279,7 +294,8 @@ class AblationRunner:
             return rows
 
         rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
-                                   self.settings.val_every_steps or 1, self.log)
+                                   self.settings.val_every_steps or 1, self.log, self.settings.jobs,
+                                   stop_all_trainings)
         self.budget_lines = [line for rung in rungs for line in rung.lines()]
         self.stopped = stops_of(rungs)
         (self.settings.out_dir / BUDGET_FILE).write_text(

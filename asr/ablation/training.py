@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class TrainJob:
     timeout_s: float | None = None
     # A frozen copy of the code to train with (asr.ablation.snapshot); None: this checkout's.
     code_root: Path | None = None
+    # CPU threads of the training process (OMP_NUM_THREADS) when several runs share the machine;
+    # None: the process's default (every core, or the caller's OMP_NUM_THREADS).
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
@@ -55,6 +59,8 @@ class TrainJob:
             raise ValueError(f"budget_steps must be >= 1, got {self.budget_steps}")
         if self.budget_minutes is not None and self.budget_minutes <= 0:
             raise ValueError(f"budget_minutes must be > 0, got {self.budget_minutes}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
 
 
 @dataclass
@@ -138,6 +144,8 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
     cmd = list(command) if command is not None else train_command(job)
     launcher = [sys.executable, "-m", "asr.ablation.peak_rss", str(rss_path), "--", *cmd]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    if job.threads is not None:
+        env["OMP_NUM_THREADS"] = str(job.threads)
     if job.code_root is not None:
         # The frozen package before any installed one, and not the checkout the process starts in:
         # `-m` and `-c` would put the working directory (this checkout) first on sys.path.
@@ -151,11 +159,20 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
         proc = subprocess.Popen(
             launcher, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env, start_new_session=True
         )
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             returncode, timed_out = _wait(proc, job.timeout_s)
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+                stopped = proc in _STOPPED
+                _STOPPED.discard(proc)
+    if stopped:
+        raise TrainingStopped(f"{job.scheme}: training stopped with the runner ({job.run_dir})")
     return TrainOutcome(
         returncode=returncode,
         wall_s=time.monotonic() - start,
@@ -163,6 +180,27 @@ def run_training(job: TrainJob, command: Sequence[str] | None = None) -> TrainOu
         log_path=log_path,
         timed_out=timed_out,
     )
+
+
+class TrainingStopped(RuntimeError):
+    """A training process ended by :func:`stop_all_trainings`: an interruption, not a failed run."""
+
+
+# Training processes now running (several when runs train at once from threads), and those stopped.
+_LIVE: set[subprocess.Popen] = set()
+_STOPPED: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all_trainings() -> None:
+    """Stop every training process group this process waits on. Only the main thread sees Ctrl-C or
+    SIGTERM; threads that wait on trainings then raise :class:`TrainingStopped` (no failure is recorded,
+    and a rerun resumes each run from its last checkpoint)."""
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+        _STOPPED.update(procs)
+    for proc in procs:
+        _kill_group(proc)
 
 
 def exit_on_sigterm(signum, frame) -> None:

@@ -9,6 +9,7 @@ Usage (from the repository root):
     python scripts/ablate.py --budget-minutes 30 --out runs/ablation_long  # overnight-sized budget
     python scripts/ablate.py --schemes shaw model.encoder.num_layers=6     # extra Hydra overrides for training
     python scripts/ablate.py experiment=quickstart --out runs/ablation_qs  # the quickstart's model instead
+    python scripts/ablate.py --jobs 2                                  # two runs of a rung at once
 
 The adaptive budget (the default) trains in rungs (asr/ablation/adaptive.py): every run to
 --first-steps, then a decision per scheme on the dev split: stopped when its paired interval to the best
@@ -135,6 +136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"validate every N steps for the learning curves (default: first-steps/"
                              f"{ADAPTIVE_VALIDATIONS_PER_RUNG} for the adaptive budget, budget-steps/"
                              f"{VALIDATIONS_PER_BUDGET}, or {DEFAULT_VAL_EVERY} for a time budget)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="adaptive budget: runs of a rung that train at once, each with its share of the CPU "
+                             "cores (OMP_NUM_THREADS); a small model uses many cores poorly (default 1)")
     parser.add_argument("--out", default="runs/ablation", help="output folder (default runs/ablation)")
     parser.add_argument("--data-dir", default="data/synth", help="corpus folder (default data/synth)")
     parser.add_argument("--seed", type=int, default=0, help="seed shared by every scheme (default 0)")
@@ -162,6 +166,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad:
         parser.error(f"extra arguments must be Hydra overrides key=value, got {bad}")
     args.adaptive = args.budget_steps is None and args.budget_minutes is None
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > 1 and not args.adaptive:
+        parser.error("--jobs needs the adaptive budget: a fixed budget trains one run at a time")
     if args.adaptive and args.val_every is None:
         args.val_every = max(1, args.first_steps // ADAPTIVE_VALIDATIONS_PER_RUNG)
     if args.val_every is None:
@@ -208,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
             budget_steps=args.budget_steps, budget_minutes=args.budget_minutes, val_every_steps=args.val_every,
             extra_overrides=ablation_overrides(args.first_steps if args.adaptive else args.budget_steps,
                                                args.overrides, args.adaptive),
-            train_timeout_minutes=args.train_timeout_minutes,
+            train_timeout_minutes=args.train_timeout_minutes, jobs=args.jobs,
         )
         budget = AdaptiveBudget(args.first_steps, args.max_steps, args.total_steps) if args.adaptive else None
         eval_cfg = EvalConfig(

@@ -1,12 +1,15 @@
 """The adaptive budget in the runner: rungs, stops with reasons, exact replay after an interruption."""
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from asr.ablation.adaptive import AdaptiveBudget, read_trained
+from asr.ablation.adaptive import AdaptiveBudget, plan_rungs, read_trained
 from asr.ablation.runner import AblationRunner, AblationSettings
 from asr.ablation.training import TrainJob, TrainOutcome
 
@@ -170,3 +173,65 @@ def test_a_larger_budget_extends_a_finished_ablation_and_evaluates_the_extended_
     by_run = {Path(r.run_dir).name: r for r in results}
     assert all(by_run[run].ok and by_run[run].settings["budget_steps"] == after[run] for run in runs)
     assert any(f"shaw: evaluated at {before['shaw']} steps, trained to 1600 since" in line for line in lines)
+
+
+class ConcurrentTrainer(CurveTrainer):
+    """A CurveTrainer that takes a moment per job and counts how many jobs ran at once."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+
+    def __call__(self, job: TrainJob) -> TrainOutcome:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.2)
+        try:
+            return super().__call__(job)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+@pytest.mark.parametrize("fail_at", [None, ("shaw", 800)])
+def test_several_jobs_train_a_rung_at_once_and_decide_as_one_job_does(tmp_path: Path, monkeypatch,
+                                                                       fail_at) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    outcomes = {}
+    for jobs in (1, 3):
+        trainer, lines = ConcurrentTrainer(fail_at=fail_at), []
+        r = runner(tmp_path / f"jobs{jobs}", trainer, lines)
+        r.settings.jobs = jobs
+        results = r.run_adaptive(BUDGET, dev_records)
+        outcomes[jobs] = (r.budget_lines, {Path(res.run_dir).name: (res.ok, read_trained(Path(res.run_dir))["steps"])
+                                           for res in results})
+        assert trainer.most == jobs  # the first rung has four runs: three train at once
+        assert {j.threads for j in trainer.jobs} == ({None} if jobs == 1 else {1})  # 4 cores / 3 jobs
+    assert outcomes[1] == outcomes[3]
+    if fail_at:
+        assert outcomes[3][1]["shaw"][0] is False and outcomes[3][1]["rel_xl"][0] is True
+
+
+def test_an_interrupted_rung_stops_the_runs_still_training_instead_of_waiting_for_them() -> None:
+    released = threading.Event()
+    interrupted: list[float] = []
+
+    def train_to(scheme: str, run: Path, steps: int) -> bool:
+        if scheme == "rel_xl":
+            raise KeyboardInterrupt  # what the main thread would see on Ctrl-C
+        return released.wait(timeout=30)  # a long training, until the runner stops it
+
+    def interrupt() -> None:
+        interrupted.append(time.monotonic())
+        released.set()
+
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        plan_rungs(("rel_xl", "shaw"), lambda s: [Path(s)], BUDGET, train_to, lambda *a: [], jobs=2,
+                   interrupt=interrupt)
+    assert len(interrupted) == 1 and time.monotonic() - began < 10
+    with pytest.raises(ValueError, match="jobs"):
+        plan_rungs(("rel_xl",), lambda s: [Path(s)], BUDGET, train_to, lambda *a: [], jobs=0)

@@ -89,3 +89,37 @@ run_training(job, [sys.executable, "-c", code])
     while running(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(child), "the training process outlived the ablation runner"
+
+
+def test_threads_reach_the_child_and_a_stopped_training_raises_instead_of_failing(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    import pytest
+
+    from asr.ablation.training import TrainingStopped, stop_all_trainings
+
+    job = TrainJob(scheme="rel_xl", run_dir=tmp_path, data_dir="d", budget_steps=1, threads=1)
+    code = ("import os, time; open({!r}, 'w').write(os.environ['OMP_NUM_THREADS']); "
+            "time.sleep(120)").format(str(tmp_path / "threads"))
+    raised: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            run_training(job, [sys.executable, "-c", code])
+        except BaseException as err:  # noqa: BLE001  (the test reads what the thread raised)
+            raised.append(err)
+
+    worker = threading.Thread(target=train)
+    began = time.monotonic()
+    worker.start()
+    while not (tmp_path / "threads").is_file() or not (tmp_path / "threads").read_text():
+        assert time.monotonic() - began < 60, "training child never started"
+        time.sleep(0.1)
+    assert (tmp_path / "threads").read_text() == "1"
+    stop_all_trainings()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and time.monotonic() - began < 60
+    assert len(raised) == 1 and isinstance(raised[0], TrainingStopped)
+    with pytest.raises(ValueError, match="threads"):
+        TrainJob(scheme="rel_xl", run_dir=tmp_path, data_dir="d", budget_steps=1, threads=0)
