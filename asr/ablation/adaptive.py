@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,12 +235,13 @@ def _train_rung(
         raise ValueError(f"jobs ({jobs}) must be >= 1")
     lock = threading.Lock()  # guards spent, failed and reasons
     measuring = threading.Lock()  # one dev decode at a time: it runs in this process
+    stopping = threading.Event()  # set when this thread is interrupted: start no more tasks
     reasons: dict[str, dict[int, str]] = {scheme: {} for scheme in schemes}
     rows: dict[tuple[str, int], list[dict]] = {}
 
     def one(scheme: str, index: int, run: Path) -> None:
         with lock:
-            if reasons[scheme]:
+            if reasons[scheme] or stopping.is_set():
                 return
         if not train_to(scheme, run, steps):
             with lock:
@@ -262,12 +263,18 @@ def _train_rung(
             one(*task)
     else:
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="rung")
+        futures = [pool.submit(one, *task) for task in tasks]
         try:
-            for future in [pool.submit(one, *task) for task in tasks]:
+            for future in futures:
                 future.result()
         except BaseException:
-            interrupt()  # else the pool would wait for every running training to end by itself
-            pool.shutdown(wait=True, cancel_futures=True)
+            # A worker freed by a stopped training may already have taken the next task: no task
+            # starts from now on, and interrupt() repeats until every worker is idle.
+            stopping.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            while not all(future.done() for future in futures):
+                interrupt()
+                wait(futures, timeout=1.0)
             raise
         pool.shutdown()
     records: dict[str, list[list[dict]]] = {}

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -215,23 +216,33 @@ def test_several_jobs_train_a_rung_at_once_and_decide_as_one_job_does(tmp_path: 
         assert outcomes[3][1]["shaw"][0] is False and outcomes[3][1]["rel_xl"][0] is True
 
 
-def test_an_interrupted_rung_stops_the_runs_still_training_instead_of_waiting_for_them() -> None:
+def test_an_interrupted_rung_stops_the_runs_still_training_and_starts_no_other() -> None:
     released = threading.Event()
+    started: list[str] = []
     interrupted: list[float] = []
 
     def train_to(scheme: str, run: Path, steps: int) -> bool:
-        if scheme == "rel_xl":
-            raise KeyboardInterrupt  # what the main thread would see on Ctrl-C
-        return released.wait(timeout=30)  # a long training, until the runner stops it
+        started.append(scheme)
+        released.wait(timeout=30)  # a long training, until the runner stops it
+        return False  # as a stopped training ends
 
     def interrupt() -> None:
         interrupted.append(time.monotonic())
         released.set()
+        time.sleep(0.5)  # stopping a process group waits for it to end
 
+    def press_ctrl_c() -> None:  # once both jobs train, as a user would
+        deadline = time.monotonic() + 30
+        while len(started) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        plan_rungs(("rel_xl", "shaw"), lambda s: [Path(s)], BUDGET, train_to, lambda *a: [], jobs=2,
-                   interrupt=interrupt)
-    assert len(interrupted) == 1 and time.monotonic() - began < 10
+        plan_rungs(("rel_xl", "shaw", "rope", "none"), lambda s: [Path(s)], BUDGET, train_to, lambda *a: [],
+                   jobs=2, interrupt=interrupt)
+    assert interrupted and time.monotonic() - began < 20
+    assert started == ["rel_xl", "shaw"]  # the workers the stopped trainings freed took no further run
     with pytest.raises(ValueError, match="jobs"):
         plan_rungs(("rel_xl",), lambda s: [Path(s)], BUDGET, train_to, lambda *a: [], jobs=0)
