@@ -140,3 +140,28 @@ def test_the_adaptive_budget_end_to_end_trains_in_rungs_and_reports_them(tmp_pat
         assert float(_rows(report)[run][2 + METRIC_KEYS.index("train_steps")]) == 8
     assert json.loads((out / "budget.json").read_text())["rungs"] == [
         line[2:] for line in budget.splitlines() if line.startswith("- rung")]
+
+
+@pytest.mark.slow
+def test_two_jobs_train_the_rungs_to_the_records_and_decisions_of_one(tmp_path_factory, monkeypatch) -> None:
+    """Real training runs, two at once: every dev record, rung decision and test metric equals one job's."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the same kernels' reduction order in every process
+    corpus = make_corpus(tmp_path_factory.mktemp("corpus"))
+    outs = {}
+    for jobs in (1, 2):
+        out = outs[jobs] = tmp_path_factory.mktemp(f"jobs{jobs}")
+        argv = ["--schemes", "rel_xl,abs_sin", "--first-steps", "4", "--max-steps", "8", "--total-steps", "16",
+                "--val-every", "2", "--out", str(out), "--data-dir", str(corpus), "--rtf-utts", "2", "--beam", "2",
+                "--seeds-for", "none", "--no-freeze", "--jobs", str(jobs), *TINY_MODEL]
+        assert ablate.main(argv) == 0, (out / "report.md").read_text()
+
+    def comparable(out) -> dict:
+        records = {str(p.relative_to(out)): p.read_text() for p in sorted(out.glob("*/rungs/dev_*.jsonl"))}
+        schemes = json.loads((out / "results.json").read_text())["schemes"]
+        metrics = {s["scheme"]: {k: v for k, v in s["metrics"].items()
+                                 if k not in ("step_time_s", "peak_rss_mb", "stream_rtf")} for s in schemes}
+        return {"records": records, "rungs": json.loads((out / "budget.json").read_text()), "metrics": metrics}
+
+    one, two = comparable(outs[1]), comparable(outs[2])
+    assert len(one["records"]) == 4 and one == two
+    assert "jobs: `2`" in (outs[2] / "report.md").read_text()
