@@ -169,6 +169,7 @@ def plan_rungs(
     log: Callable[[str], None] = print,
     jobs: int = 1,
     interrupt: Callable[[], None] = lambda: None,
+    on_rung: Callable[[int, Sequence[Path]], None] = lambda steps, runs: None,
 ) -> tuple[list[Rung], dict[str, str]]:
     """Run the rungs; returns them and the schemes that failed (scheme -> why).
 
@@ -180,6 +181,7 @@ def plan_rungs(
     ``jobs`` runs of a rung train at once (``train_to`` is called from that many threads; ``measure``
     from one at a time); the decisions read only the records, so they do not depend on it. Only this
     thread sees Ctrl-C or SIGTERM: ``interrupt()`` then stops the trainings the other threads wait on.
+    ``on_rung(steps, runs)`` is told each rung before it trains (the runner's progress bar).
     """
     rungs: list[Rung] = []
     failed: dict[str, str] = {}
@@ -187,6 +189,7 @@ def plan_rungs(
     undecided = list(schemes)
     spent = {str(run): 0 for scheme in schemes for run in runs_of(scheme)}
     while undecided:
+        on_rung(steps, [run for scheme in undecided for run in runs_of(scheme)])
         records = _train_rung(undecided, runs_of, steps, train_to, measure, jobs, spent, failed, interrupt)
         undecided = [s for s in undecided if s not in failed]
         if not undecided:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from asr.ablation.adaptive import (AdaptiveBudget, DevRecordsFn, add_dev_seconds, dev_records_path, mark_trained,
                                    plan_rungs, read_trained, steps_reached, stops_of)
@@ -23,6 +23,7 @@ from asr.ablation.analysis import analyze
 from asr.ablation.curves import VAL_LOSS, archive_metrics, read_learning_curve
 from asr.ablation.evaluate import ALL_WER_METRICS
 from asr.ablation.plots import write_plots
+from asr.ablation.progress import RungProgress
 from asr.ablation.report import write_report
 from asr.ablation.results import (
     STATUS_FAILED,
@@ -178,6 +179,8 @@ class AblationRunner:
         self.budget_setting: str | None = None  # the adaptive budget, for the report's settings
         # The adaptive budget's stops: scheme -> {"behind": the best it trailed, "steps": where it stopped}.
         self.stopped: dict[str, dict] = {}
+        # Where the adaptive budget draws its rungs' progress bars (None: stderr).
+        self.progress_file: TextIO | None = None
 
     def run(self) -> list[SchemeResult]:
         """Every scheme in order; returns their results (the report is on disk)."""
@@ -293,9 +296,13 @@ class AblationRunner:
             add_dev_seconds(run_dir, time.monotonic() - began)
             return rows
 
-        rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
-                                   self.settings.val_every_steps or 1, self.log, self.settings.jobs,
-                                   stop_all_trainings)
+        progress = RungProgress(file=self.progress_file)
+        try:
+            rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
+                                       self.settings.val_every_steps or 1, self.log, self.settings.jobs,
+                                       stop_all_trainings, progress.start)
+        finally:
+            progress.close()
         self.budget_lines = [line for rung in rungs for line in rung.lines()]
         self.stopped = stops_of(rungs)
         (self.settings.out_dir / BUDGET_FILE).write_text(

@@ -1,5 +1,6 @@
 """The adaptive budget in the runner: rungs, stops with reasons, exact replay after an interruption."""
 
+import io
 import json
 import os
 import signal
@@ -82,8 +83,12 @@ BUDGET = AdaptiveBudget(first_steps=400, max_steps=1600, total_steps=8000)
 def test_rungs_stop_the_clear_loser_finish_the_converged_and_extend_the_rest(tmp_path: Path) -> None:
     trainer, lines = CurveTrainer(), []
     r = runner(tmp_path, trainer, lines)
+    r.progress_file = io.StringIO()
     results = r.run_adaptive(BUDGET, dev_records)
     assert all(res.ok for res in results) and len(results) == 4  # rel_xl has two seeds
+    bars = r.progress_file.getvalue()  # one bar a rung: its runs and the steps they had to train
+    assert "rung to 400 steps, 4 runs" in bars and "rung to 800 steps, 4 runs" in bars
+    assert "rung to 1600 steps, 1 run:" in bars
     steps = {run: read_trained(tmp_path / run)["steps"] for run in ("rel_xl", "rel_xl-seed1", "shaw", "none")}
     # after the first rung (four validations) no slope is known well enough to stop anyone
     assert all("rung 1," not in line or "**continue**" in line for line in r.budget_lines)
