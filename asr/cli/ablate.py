@@ -66,7 +66,7 @@ DEFAULT_VAL_EVERY = 360
 # rung of a third of the quickstart's steps for every run, rungs that double, at most 12160 steps a run
 # (the ablation model's curves flatten within about 6000: a rung past that shows the plateau), and a
 # total that lets every run reach it (about 9 hours of training on 2 idle cores at 0.27 s a step with
-# validation, in sittings: a rerun resumes). Eight validations in the first rung, so the plateau slope
+# validation, about 7 with --jobs 2; in sittings: a rerun resumes). Eight validations in the first rung, so the plateau slope
 # has points to fit; the schedule is an inverse square root, which a longer rung extends without
 # changing the steps already taken.
 ADAPTIVE_FIRST_STEPS = 1520
