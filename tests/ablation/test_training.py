@@ -114,12 +114,12 @@ def test_threads_reach_the_child_and_a_stopped_training_raises_instead_of_failin
     began = time.monotonic()
     worker.start()
     while not (tmp_path / "threads").is_file() or not (tmp_path / "threads").read_text():
-        assert time.monotonic() - began < 60, "training child never started"
+        assert time.monotonic() - began < 300, "training child never started"
         time.sleep(0.1)
     assert (tmp_path / "threads").read_text() == "1"
     stop_all_trainings()
-    worker.join(timeout=30)
-    assert not worker.is_alive() and time.monotonic() - began < 60
+    worker.join(timeout=120)  # a bound: the child takes SIGTERM at once
+    assert not worker.is_alive()
     assert len(raised) == 1 and isinstance(raised[0], TrainingStopped)
     with pytest.raises(ValueError, match="threads"):
         TrainJob(scheme="rel_xl", run_dir=tmp_path, data_dir="d", budget_steps=1, threads=0)
