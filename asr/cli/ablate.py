@@ -65,8 +65,8 @@ DEFAULT_VAL_EVERY = 360
 # The adaptive budget (the default when no fixed budget is given; asr/ablation/adaptive.py): a first
 # rung of a third of the quickstart's steps for every run, rungs that double, at most 12160 steps a run
 # (the ablation model's curves flatten within about 6000: a rung past that shows the plateau), and a
-# total that lets every run reach it (about 9 hours of training on 2 idle cores at 0.27 s a step with
-# validation, about 7 with --jobs 2; in sittings: a rerun resumes). Eight validations in the first rung, so the plateau slope
+# total that lets every run reach it (about 8-9 hours of training on 2 cores with --jobs 2, measured
+# over a first rung; in sittings: a rerun resumes). Eight validations in the first rung, so the plateau slope
 # has points to fit; the schedule is an inverse square root, which a longer rung extends without
 # changing the steps already taken.
 ADAPTIVE_FIRST_STEPS = 1520
