@@ -299,8 +299,8 @@ class AblationRunner:
         progress = RungProgress(file=self.progress_file)
         try:
             rungs, failed = plan_rungs(self.settings.schemes, lambda s: runs_of[s], budget, train_to, measure,
-                                       self.settings.val_every_steps or 1, self.log, self.settings.jobs,
-                                       stop_all_trainings, progress.start)
+                                       self.settings.val_every_steps or 1, self.log, jobs=self.settings.jobs,
+                                       interrupt=stop_all_trainings, on_rung=progress.start)
         finally:
             progress.close()
         self.budget_lines = [line for rung in rungs for line in rung.lines()]
