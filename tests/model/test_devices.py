@@ -104,3 +104,24 @@ def test_bf16_autocast_training_steps_on_cpu(pos_enc, cpu_bf16_without_onednn):
         state = enc.init_state(3, 4, 1)
         out, _ = enc.stream_step(enc.online_cmn().stream().push(inputs[0]), state, final=True)
     assert torch.isfinite(out).all()
+
+
+def test_plain_attention_leaves_out_the_cudnn_kernel(device):
+    """SDPA prefers cuDNN's kernel for bf16 on recent GPUs (e.g. for the decoder of
+    conf/experiment/ablation.yaml: 4 heads of 24); cuDNN plans every new shape on the host, so the
+    scorer takes the other fused kernels. Same numbers as the explicit-softmax reference."""
+    if device.type != "cuda":
+        pytest.skip("cuDNN's attention kernel exists on CUDA only")
+    from asr.model.scorers.base import PlainScorer
+
+    scorer = PlainScorer(num_heads=4, head_dim=24).to(device).train()
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(3, 4, 37, 24, generator=g).to(device, torch.bfloat16).requires_grad_() for _ in range(3))
+    mask = (torch.arange(37)[None, None, :] < torch.tensor([37, 30, 21])[:, None, None]).expand(3, 37, 37).to(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = scorer(q, k, v, mask)
+        out.float().square().sum().backward()
+    kernels = {event.name for event in prof.events()}
+    assert not any("cudnn_attention" in name for name in kernels), sorted(kernels)
+    expected = scorer.reference(q.double(), k.double(), v.double(), mask)
+    torch.testing.assert_close(out.double(), expected, rtol=0.02, atol=0.02)

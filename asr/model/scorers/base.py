@@ -8,11 +8,13 @@ M + a, key b at local time b.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from asr.model.masks import ChunkMask
 from asr.model.scorers.attend import attend
@@ -161,6 +163,13 @@ class AttentionScorer(nn.Module):
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout}"
 
 
+# SDPA's kernels on CUDA, without cuDNN's: cuDNN builds an execution plan for every new shape
+# (about 0.1 s of host time a call on an H200), and duration-bucketed batches and their token
+# lengths bring a new shape at almost every training step, which made a bf16 step of a small model
+# five times slower than its fp32 step. The other kernels need no plan.
+CUDA_SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
 class PlainScorer(AttentionScorer):
     """Scaled dot-product attention with no positional term (abs_sin, abs_learned, none,
     and the decoder's self- and cross-attention).
@@ -178,10 +187,12 @@ class PlainScorer(AttentionScorer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v, self.queries_last)
         mask4, row_valid = prepare_mask(mask, b, c, kk)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask4, dropout_p=self.dropout if self.training else 0.0,
-            scale=self.scale,
-        )  # (B, H, C, Dh)
+        kernels = sdpa_kernel(list(CUDA_SDPA_BACKENDS)) if q.is_cuda else contextlib.nullcontext()
+        with kernels:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask4, dropout_p=self.dropout if self.training else 0.0,
+                scale=self.scale,
+            )  # (B, H, C, Dh)
         return out if row_valid is None else out * row_valid
 
     def reference(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
