@@ -45,7 +45,10 @@ class RungProgress:
         self._steps = steps
         self._begin = {Path(run): min(read_trained(Path(run))["steps"], steps) for run in runs}
         total = sum(steps - begin for begin in self._begin.values())
-        desc = f"[ablate] rung to {steps} steps, {len(runs)} run{'s' * (len(runs) != 1)}"
+        left = sum(begin < steps for begin in self._begin.values())
+        # A rerun replays the finished runs' rungs, which have nothing left to train.
+        of = f" ({left} left to train)" if left != len(runs) else ""
+        desc = f"[ablate] rung to {steps} steps, {len(runs)} run{'s' * (len(runs) != 1)}{of}"
         self._bar = tqdm(total=total, initial=self.done(), desc=desc, unit="step", file=self.file,
                          mininterval=self.poll_s)
         self._stop = threading.Event()

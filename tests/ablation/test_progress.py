@@ -28,6 +28,7 @@ def test_the_bar_counts_each_runs_steps_since_its_last_rung_and_follows_them(tmp
     progress = RungProgress(poll_s=0.05, file=out)
     progress.start(800, [fresh, extended, finished])
     assert progress._bar.total == 800 + 400 + 0 and progress._bar.n == 50
+    assert "rung to 800 steps, 3 runs (2 left to train)" in progress._bar.desc
     write_steps(fresh, 1, 300)
     write_steps(extended, 451, 900)  # past the rung (a stray line) counts up to the rung's end only
     deadline = time.monotonic() + 120  # a bound, not a timing
@@ -38,6 +39,7 @@ def test_the_bar_counts_each_runs_steps_since_its_last_rung_and_follows_them(tmp
     progress.start(1600, [extended])  # the next rung closes this bar and opens its own
     assert "700/1200" in out.getvalue()
     assert progress._bar.total == 800 and progress.done() == 100  # from 800: the lines to 900 are this rung's
+    assert progress._bar.desc.endswith("rung to 1600 steps, 1 run")
     progress.close()
     progress.close()  # closing twice is harmless
     with pytest.raises(ValueError, match="poll_s"):
