@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from asr.model import POSITION_SCHEMES
+from asr.model.scorers.base import PlainScorer
 from test_compiled import F_IN, tiny_model
 from test_compiled import batch as cpu_batch
 
@@ -112,8 +113,6 @@ def test_plain_attention_leaves_out_the_cudnn_kernel(device):
     scorer takes the other fused kernels. Same numbers as the explicit-softmax reference."""
     if device.type != "cuda":
         pytest.skip("cuDNN's attention kernel exists on CUDA only")
-    from asr.model.scorers.base import PlainScorer
-
     scorer = PlainScorer(num_heads=4, head_dim=24).to(device).train()
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(3, 4, 37, 24, generator=g).to(device, torch.bfloat16).requires_grad_() for _ in range(3))
