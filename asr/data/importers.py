@@ -5,6 +5,10 @@ AISHELL-1 from an existing local copy; nothing is downloaded. Audio headers are
 read once (soundfile.info) for durations. Entries that cannot be used (missing or
 unreadable audio, missing transcript, malformed line, piped wav.scp command) are
 skipped with a warning and counted in the `skipped` Counter passed in.
+
+Segments (Kaldi `segments`, Wenet `start`/`end`) are cut offsets into their recording,
+in whole samples as Wenet and Kaldi read them: every consumer (decode, prepare, train)
+loads only that span (`asr.data.audio.cut_waveform`).
 """
 
 from __future__ import annotations
@@ -62,8 +66,54 @@ def make_cut(
     return MonoCut(id=cut_id, start=start, duration=duration, channel=0, recording=rec, supervisions=[sup])
 
 
+# Kaldi's extract-segments keeps a segment whose end overshoots its recording by up to 0.5 s (its
+# --max-overshoot) and ends it with the recording; an end further out names audio that is not there.
+MAX_OVERSHOOT_S = 0.5
+
+
+def segment_cut(
+    cut_id: str, rec: Recording, text: str | None, start: float, end: float | None,
+    skipped: Counter | None = None, speaker: str | None = None,
+) -> MonoCut | None:
+    """The cut over [start, end) seconds of ``rec`` (end None: to the recording's end).
+
+    The times become whole samples as Wenet's reader and Kaldi's extract-segments take them
+    (``int(t * rate)``), so the cut holds exactly the samples they read. A segment that starts
+    before 0 or at/after the recording's end, ends at or before its start, or ends more than
+    :data:`MAX_OVERSHOOT_S` past the recording is skipped and counted (``bad_segment``); a smaller
+    overshoot ends at the recording's end, as Wenet and Kaldi read it."""
+    rate = rec.sampling_rate
+    first = int(start * rate)
+    last = rec.num_samples if end is None else min(int(end * rate), rec.num_samples)
+    problem = None
+    if start < 0 or first >= rec.num_samples:
+        problem = "starts outside"
+    elif end is not None and end - rec.duration > MAX_OVERSHOOT_S:
+        problem = f"ends more than {MAX_OVERSHOOT_S} s past the end of"
+    elif last <= first:
+        problem = "is empty (end <= start) in"
+    if problem is not None:
+        span = f"[{start}, {'end' if end is None else end})"
+        _skip(skipped, "bad_segment", f"segment {cut_id} {span} {problem} {rec.id} ({rec.duration:.2f} s)")
+        return None
+    return make_cut(cut_id, rec, text, first / rate, (last - first) / rate, speaker)
+
+
+def _wenet_span(entry: dict) -> tuple[float, float | None]:
+    """(start, end) seconds of a data.list entry: Wenet reads `start` and `end` together; neither: the whole file."""
+    if "start" not in entry and "end" not in entry:
+        return 0.0, None
+    if "start" not in entry or "end" not in entry:
+        raise KeyError("start and end come together (Wenet reads both)")
+    start, end = entry["start"], entry["end"]
+    if isinstance(start, bool) or isinstance(end, bool) or not all(isinstance(t, (int, float)) for t in (start, end)):
+        raise TypeError(f"start and end must be numbers of seconds, got {start!r} and {end!r}")
+    return float(start), float(end)
+
+
 def import_wenet(data_list: str | Path, skipped: Counter | None = None, require_text: bool = True) -> CutSet:
-    """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` (relative wav paths are taken from the list's folder).
+    """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` and, for a segment of the file, `start` and
+    `end` in seconds (:func:`segment_cut`); relative wav paths are taken from the list's folder.
 
     require_text=False (audio to decode without references): `txt` may be absent (the cut then has no text)."""
     data_list = Path(data_list)
@@ -75,12 +125,17 @@ def import_wenet(data_list: str | Path, skipped: Counter | None = None, require_
             entry = json.loads(line)
             key, wav = entry["key"], entry["wav"]
             txt = entry["txt"] if require_text else entry.get("txt")
+            start, end = _wenet_span(entry)
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             _skip(skipped, "bad_manifest_line", f"{data_list}:{line_no}: {err!r}")
             continue
         rec = make_recording(key, _resolve(wav, data_list.parent), skipped)
-        if rec is not None:
-            cuts.append(make_cut(key, rec, None if txt is None else squeeze_spaces(txt)))
+        if rec is None:
+            continue
+        text = None if txt is None else squeeze_spaces(txt)
+        cut = make_cut(key, rec, text) if end is None else segment_cut(key, rec, text, start, end, skipped)
+        if cut is not None:
+            cuts.append(cut)
     return CutSet.from_cuts(cuts)
 
 
@@ -140,13 +195,10 @@ def kaldi_cuts(wav_scp: Path, texts: dict[str, str] | None, skipped: Counter | N
             _skip(skipped, "no_transcript", f"{utt}: not in text")
             continue
         # the segments columns are start and end times (end -1: to the end of the recording), not a duration
-        stop = rec.duration if end < 0 else min(end, rec.duration)
-        if stop <= start:
-            _skip(skipped, "bad_manifest_line",
-                  f"segment {utt}: [{start}, {end}) is empty or past the end of {rec_id} ({rec.duration:.2f} s)")
-            continue
         text = None if texts is None else squeeze_spaces(texts[utt])
-        cuts.append(make_cut(utt, rec, text, start, stop - start, utt2spk.get(utt)))
+        cut = segment_cut(utt, rec, text, start, None if end < 0 else end, skipped, utt2spk.get(utt))
+        if cut is not None:
+            cuts.append(cut)
     return CutSet.from_cuts(cuts)
 
 

@@ -27,6 +27,49 @@ def test_wenet(tmp_path):
     assert skipped == {"audio_missing": 1, "bad_manifest_line": 1}
 
 
+def _segment_list(tmp_path, entries):
+    (tmp_path / "data.list").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    skipped = Counter()
+    return import_wenet(tmp_path / "data.list", skipped), skipped
+
+
+def test_wenet_start_and_end_are_a_segment_of_the_file(tmp_path):
+    data = write_tone(tmp_path / "long.wav", 2.8, freq=0.1)  # rises over the file: no two spans match
+    cuts, skipped = _segment_list(tmp_path, [
+        {"key": "whole", "wav": "long.wav", "txt": "all of it"},
+        {"key": "first", "wav": "long.wav", "txt": "one", "start": 0.0, "end": 1.0},
+        {"key": "inner", "wav": "long.wav", "txt": "two", "start": 1.25, "end": 2.0},
+        {"key": "ragged", "wav": "long.wav", "txt": "three", "start": 0.12345, "end": 0.98765},
+        {"key": "overshoot", "wav": "long.wav", "txt": "four", "start": 2.5, "end": 3.0},  # within 0.5 s
+    ])
+    assert skipped == {}
+    assert cuts["whole"].duration == pytest.approx(2.8)
+    assert (cuts["first"].start, cuts["first"].duration) == (0.0, 1.0)
+    assert cuts["first"].supervisions[0].duration == 1.0 and cuts["first"].supervisions[0].text == "one"
+    assert (cuts["inner"].start, cuts["inner"].duration) == (1.25, 0.75)
+    expected = {"first": (0, 16000), "inner": (20000, 32000), "ragged": (1975, 15802), "overshoot": (40000, 44800)}
+    for key, (first, last) in expected.items():  # int(t * rate), as Wenet reads the samples
+        wav = cut_waveform(cuts[key])
+        assert wav.shape == (last - first,), key
+        assert torch.allclose(wav, torch.from_numpy(data[first:last, 0]).float(), atol=1e-4), key
+
+
+def test_wenet_segments_outside_the_file_or_empty_are_counted_skips(tmp_path):
+    write_tone(tmp_path / "a.wav", 2.0)
+    cuts, skipped = _segment_list(tmp_path, [
+        {"key": "ok", "wav": "a.wav", "txt": "kept", "start": 0.5, "end": 1.5},
+        {"key": "backwards", "wav": "a.wav", "txt": "x", "start": 1.5, "end": 0.5},
+        {"key": "empty", "wav": "a.wav", "txt": "x", "start": 1.0, "end": 1.0},
+        {"key": "after", "wav": "a.wav", "txt": "x", "start": 2.5, "end": 3.0},
+        {"key": "far", "wav": "a.wav", "txt": "x", "start": 1.0, "end": 2.6},  # 0.6 s past the end
+        {"key": "negative", "wav": "a.wav", "txt": "x", "start": -0.5, "end": 1.0},
+        {"key": "half", "wav": "a.wav", "txt": "x", "start": 0.5},  # Wenet reads start and end together
+        {"key": "words", "wav": "a.wav", "txt": "x", "start": "0.5", "end": "1.0"},
+    ])
+    assert list(cuts.ids) == ["ok"]
+    assert skipped == {"bad_segment": 5, "bad_manifest_line": 2}
+
+
 def _write_kaldi_tables(folder, **tables):
     """One file per keyword: wav_scp="..." writes folder/wav.scp."""
     for name, text in tables.items():
@@ -65,7 +108,7 @@ def test_kaldi_segment_end_is_a_time_not_a_duration(tmp_path):
     assert (cuts["tail"].start, cuts["tail"].duration) == (2.5, 1.5)
     wav = cut_waveform(cuts["mid"])
     assert torch.allclose(wav, torch.from_numpy(data[16000:32000, 0]).float(), atol=1e-4)
-    assert skipped == {"bad_manifest_line": 2}
+    assert skipped == {"bad_segment": 2}
 
 
 def test_kaldi_without_segments(tmp_path):

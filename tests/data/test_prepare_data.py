@@ -48,6 +48,27 @@ def test_prepare_wenet_corpus(tmp_path, capsys):
     assert word_lm.logprob([ids["hello"]], ids["train"]) > word_lm.logprob([ids["hello"]], ids["hello"]) + 1.0
 
 
+
+def test_a_segmented_wenet_list_is_prepared_and_trained_on_its_segments_only(tmp_path):
+    from asr.data.dataset import AsrDataset
+    from asr.data.features import FbankExtractor
+    from asr.data.manifest import read_cuts
+
+    write_tone(tmp_path / "src" / "long.wav", 2.8, freq=150)
+    rows = [{"key": "a", "wav": "long.wav", "txt": "hello there", "start": 0.0, "end": 1.0},
+            {"key": "b", "wav": "long.wav", "txt": "good day", "start": 1.5, "end": 2.0},
+            {"key": "gone", "wav": "long.wav", "txt": "nothing", "start": 3.5, "end": 4.0}]
+    (tmp_path / "src" / "train.list").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    prepare_corpus(PrepareOptions(corpus="wenet", src=[f"train={tmp_path / 'src' / 'train.list'}"],
+                                  data_dir=str(out), units="char", workers=0))
+    cuts = read_cuts(out / "cuts_train.jsonl.gz")
+    assert [(c.id, c.start, c.duration) for c in cuts] == [("a", 0.0, 1.0), ("b", 1.5, 0.5)]
+    # the CMVN statistics count the segments' frames (98 + 48), not the file's twice
+    assert json.loads((out / "cmvn.json").read_text())["frames"] == 98 + 48
+    batch, skipped, seconds = AsrDataset(load_tokenizer(out / "tokenizer"), FbankExtractor())[cuts]
+    assert skipped == [] and seconds == 1.5 and sorted(batch.feat_lens.tolist()) == [48, 98]
+
 def test_xengine_is_refused_for_an_imported_corpus():
     with pytest.raises(ValueError, match="--xengine renders the synth corpus"):
         PrepareOptions(corpus="wenet", xengine=True)
