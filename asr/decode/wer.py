@@ -2,13 +2,16 @@
 
 Words are whitespace-separated tokens. Characters are the text's characters
 with all whitespace removed, so CER means the same for space-separated
-(English) and unsegmented (Mandarin) transcripts. No other normalisation
-happens here (case, punctuation): do it before ``add`` if wanted.
+(English) and unsegmented (Mandarin) transcripts. Before counting, reference and
+hypothesis are normalized alike by a :class:`asr.decode.scoring.Scoring` (default:
+case folded, punctuation removed); the records keep the texts as given.
 """
 
 from __future__ import annotations
 
 import editdistance
+
+from asr.decode.scoring import Scoring
 
 
 def _rate(errors: int, total: int) -> float:
@@ -19,9 +22,15 @@ def _rate(errors: int, total: int) -> float:
 
 
 class ErrorCounter:
-    """Accumulates edit distances; ``records`` keeps one dict per utterance."""
+    """Accumulates edit distances; ``records`` keeps one dict per utterance.
 
-    def __init__(self) -> None:
+    ``scoring``: the normalization of both sides. Under case-sensitive scoring the word errors that
+    folding case would remove are counted too (``case_only_word_errors``): a model that writes
+    another case than its references shows there, not as a mystery WER."""
+
+    def __init__(self, scoring: Scoring = Scoring()) -> None:
+        self.scoring = scoring
+        self.case_only_word_errors = 0
         self.records: list[dict] = []
         self.word_errors = 0
         self.ref_words = 0
@@ -34,7 +43,7 @@ class ErrorCounter:
         Returns:
             {key, ref, hyp, word_errors, ref_words, char_errors, ref_chars, **extra}
         """
-        ref_w, hyp_w = ref.split(), hyp.split()
+        ref_w, hyp_w = self.scoring.normalize(ref).split(), self.scoring.normalize(hyp).split()
         ref_c, hyp_c = "".join(ref_w), "".join(hyp_w)
         record = {
             "key": key,
@@ -46,6 +55,9 @@ class ErrorCounter:
             "ref_chars": len(ref_c),
             **extra,
         }
+        if self.scoring.case_sensitive and record["word_errors"]:
+            folded = editdistance.eval([w.casefold() for w in ref_w], [w.casefold() for w in hyp_w])
+            self.case_only_word_errors += record["word_errors"] - int(folded)
         self.records.append(record)
         self.word_errors += record["word_errors"]
         self.ref_words += record["ref_words"]
@@ -64,7 +76,9 @@ class ErrorCounter:
         return _rate(self.char_errors, self.ref_chars)
 
     def summary(self) -> dict:
-        """Totals and rates: {utterances, word_errors, ref_words, wer, char_errors, ref_chars, cer}."""
+        """Totals and rates: {utterances, word_errors, ref_words, wer, char_errors, ref_chars, cer}, and
+        case_only_word_errors under case-sensitive scoring."""
+        case = {"case_only_word_errors": self.case_only_word_errors} if self.scoring.case_sensitive else {}
         return {
             "utterances": len(self.records),
             "word_errors": self.word_errors,
@@ -73,4 +87,5 @@ class ErrorCounter:
             "char_errors": self.char_errors,
             "ref_chars": self.ref_chars,
             "cer": self.cer,
+            **case,
         }
