@@ -36,9 +36,14 @@ minute of audio), exact and in memory linear in the length; every setting is che
 Modes: ctc_greedy, ctc_prefix_beam, attention, attention_rescoring (comma-separated).
 Writes <out-dir>/<mode>.jsonl (one line per utterance: key, ref, hyp, word/char errors,
 seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.json
-(settings, skipped cuts by reason, and per mode
+(the input it decoded, settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
-Default out-dir: <run folder>/decode/<split>_<full|chunkC_leftL>[_lm][_wordlm][_hotwords].
+Default out-dir: one per input, <run folder>/decode/<folder>_<stem>-<hash>_<full|chunkC_leftL>[_lm][_wordlm]
+[_hotwords] (asr/evaluation/output_dir.py); a folder whose summary.json names another input is refused.
+
+Scoring: references and hypotheses are normalized alike, case folded and punctuation removed
+(apostrophes inside words kept); --case-sensitive and --keep-punctuation score them as written
+(a warning then counts the word errors that are case differences only). summary.json records it.
 The evaluation itself is asr.evaluation.split, the one the ablation uses too.
 """
 
@@ -56,6 +61,8 @@ from asr.decode import MODES  # noqa: E402
 from asr.data.features import FeatureConfig  # noqa: E402
 from asr.data.inputs import hypothesis_lines  # noqa: E402
 from asr.evaluation.memory import default_budget, format_bytes, parse_bytes  # noqa: E402
+from asr.evaluation.output_dir import OutDirError, check_out_dir, input_folder_name, input_identity  # noqa: E402
+from asr.decode.scoring import add_scoring_arguments, case_warning, scoring_from_args  # noqa: E402
 from asr.evaluation.split import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
@@ -85,7 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_hotword_arguments(parser)  # the same two modes
     parser.add_argument("--batch-seconds", "--max-duration", dest="batch_seconds", type=float, default=100.0,
                         help="seconds of audio per batch")
-    parser.add_argument("--out-dir", help="where JSONL files and summary.json go")
+    parser.add_argument("--out-dir", help="where JSONL files and summary.json go (default: a folder of this "
+                                          "input's own under the run folder)")
+    add_scoring_arguments(parser)
     add_threads_argument(parser)
     parser.add_argument("--memory-budget", default="auto",
                         help="bytes a forward may add (e.g. 6G); over it a batch is decoded one utterance at a time, "
@@ -126,11 +135,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def default_out_dir(args: argparse.Namespace) -> Path:
+def default_out_dir(args: argparse.Namespace, identity: dict) -> Path:
     ckpt = Path(args.checkpoint).resolve()
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent  # an imported .ckpt: beside it
-    source = args.inputs[0] if args.inputs else args.cuts
-    name = Path(source).name.split(".")[0] if source else args.split
+    name = input_folder_name(identity)
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
     lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "") + ("_hotwords" if args.hotwords else "")
     lm += "_pauses" if args.segment_at_pauses else ""
@@ -154,6 +162,8 @@ def format_table(summary: dict) -> str:
         seg = summary["segments"]
         ctx += (f"; cut at pauses >= {seg['min_pause_s']} s into {seg['pieces']} pieces, "
                 f"{seg['pause_seconds']:.1f} s of pauses not decoded")
+    if summary.get("scoring"):
+        ctx += f"; scoring: {summary['scoring']['rule']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
              f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
     for mode, r in summary["modes"].items():
@@ -179,17 +189,26 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"decode: {err}", file=sys.stderr)
         sys.exit(2)
     features = FeatureConfig.from_dict(cfg.features)
+    scoring = scoring_from_args(args)
+    sources = args.inputs or ([args.cuts] if args.cuts and not args.data_dir else [])
+    if sources:
+        cuts, identity = ", ".join(sources), input_identity(sources, args.text)
+    else:
+        data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
+        if data_dir is None:
+            sys.exit(f"decode: {args.checkpoint} stores no data.data_dir: name what to decode (audio files, a "
+                     "folder, a data.list, a wav.scp, a NeMo or Lhotse manifest) or pass --data-dir")
+        cuts = Path(args.cuts) if args.cuts else Path(data_dir) / f"cuts_{args.split}.jsonl.gz"
+        identity = input_identity(cuts=cuts)
+    out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args, identity)
+    try:  # before decoding: a clash found after an hour of it would waste the hour
+        note = check_out_dir(out_dir, identity)
+    except OutDirError as err:
+        sys.exit(f"decode: {err}")
     try:
-        if args.inputs or (args.cuts and not args.data_dir):
-            sources = args.inputs or [args.cuts]
-            cuts = ", ".join(sources)
+        if sources:
             eval_set = load_inputs(sources, args.text, args.max_utts, features)
         else:
-            data_dir = args.data_dir or OmegaConf.select(cfg, "data.data_dir")
-            if data_dir is None:
-                sys.exit(f"decode: {args.checkpoint} stores no data.data_dir: name what to decode (audio files, a "
-                         "folder, a data.list, a wav.scp, a NeMo or Lhotse manifest) or pass --data-dir")
-            cuts = Path(args.cuts) if args.cuts else Path(data_dir) / f"cuts_{args.split}.jsonl.gz"
             eval_set = load_utterances(cuts, data_dir, args.max_utts, features)
         fusion = fusion_from_args(args, tokenizer)
         biasing = biasing_from_args(args, tokenizer)
@@ -204,14 +223,16 @@ def main(argv: list[str] | None = None) -> dict:
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
         memory_budget=args.memory_budget,
         biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight, segmenter=args.segmenter,
+        scoring=scoring,
     )
-    out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(args)
+    if note:
+        print(note, file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
     for mode, mode_result in result.modes.items():
         lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in mode_result.records)
         (out_dir / f"{mode}.jsonl").write_text("".join(lines), encoding="utf-8")
         (out_dir / f"{mode}.text").write_text(hypothesis_lines(mode_result.records), encoding="utf-8")
-    summary = {"ckpt": str(args.checkpoint), "cuts": str(cuts), "max_utts": args.max_utts,
+    summary = {"ckpt": str(args.checkpoint), "input": identity, "cuts": str(cuts), "max_utts": args.max_utts,
                "references": eval_set.references, **result.summary()}
     if args.lm:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
@@ -221,6 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
         summary["hotwords"].update(path=str(args.hotwords), score=args.hotword_score, **biasing.settings())
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary))
+    for line in case_warning(summary["modes"], scoring):
+        print(line, file=sys.stderr)
     print(f"results: {out_dir}")
     return summary
 

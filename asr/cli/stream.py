@@ -17,7 +17,10 @@ Usage:
 Inputs: audio files, folders (searched recursively), a Wenet data.list, a Kaldi wav.scp, a NeMo or
 Lhotse manifest (asr/data/inputs.py). Where they carry references (or --text gives them as Kaldi
 "key text" lines) the final texts are scored (WER/CER); --out-dir writes stream.jsonl and a
-Kaldi-style stream.text of the final texts.
+Kaldi-style stream.text of the final texts. Scoring normalizes references and final texts alike
+(case folded, punctuation removed; --case-sensitive, --keep-punctuation: as written).
+An utterance shorter than one fbank frame is skipped and counted (audio_too_short), as decode.py
+counts it: it has nothing to recognize.
 
 Audio may have any sample rate and channel count (resampled to the model's 16 kHz, downmixed).
 A missing or unreadable file prints a one-line error on stderr and the other files
@@ -43,6 +46,7 @@ import torch  # noqa: E402
 
 from asr.data.features import SAMPLE_RATE  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
+from asr.decode.scoring import Scoring, add_scoring_arguments, case_warning, scoring_from_args  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
@@ -74,6 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_lm_arguments(parser)
     add_hotword_arguments(parser)
     add_vad_arguments(parser)
+    add_scoring_arguments(parser)
     args = parser.parse_args(argv)
     if args.chunk_ms <= 0:
         parser.error(f"--chunk-ms ({args.chunk_ms}) must be > 0")
@@ -133,7 +138,7 @@ def stream_file(recognizer, wave: torch.Tensor, piece_samples: int, out=None) ->
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from asr.data.audio import AudioError
-    from asr.data.features import FeatureConfig
+    from asr.data.features import FbankExtractor, FeatureConfig
     from asr.data.inputs import InputError, stream_items
     from asr.streaming.recognizer import StreamingRecognizer
     from asr.train.checkpoint import CheckpointError
@@ -144,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     model = model.to(args.device).eval()
+    features = FeatureConfig.from_dict(cfg.features)
+    min_samples = FbankExtractor(features).min_samples
     try:
         recognizer = StreamingRecognizer(
-            model, tokenizer, args.options, features=FeatureConfig.from_dict(cfg.features),
+            model, tokenizer, args.options, features=features,
             fusion=fusion_from_args(args, tokenizer), hotwords=biasing_from_args(args, tokenizer),
             vad=vad_from_args(args),
         )
@@ -170,29 +177,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {where}{err}", file=sys.stderr, flush=True)
             failed += 1
             continue
+        if wave.numel() < min_samples:
+            print(f"skipped: {item.name}: {wave.numel()} samples, shorter than one fbank frame ({min_samples}): "
+                  "nothing to recognize (audio_too_short)", file=sys.stderr, flush=True)
+            found.skipped["audio_too_short"] += 1
+            continue
         print(f"== {item.name} ({wave.numel() / SAMPLE_RATE:.2f} s)", flush=True)
         stats = stream_file(recognizer, wave, piece_samples)
         records.append({"key": item.key, "ref": item.text, "hyp": stats["text"], "seconds": stats["duration_s"]})
-    report_streamed(records, found.skipped, args.out_dir)
+    report_streamed(records, found.skipped, args.out_dir, scoring_from_args(args))
     if failed:
         print(f"{failed} of {len(found.items) + len(found.errors)} inputs failed", file=sys.stderr)
     return 1 if failed else 0
 
 
-def report_streamed(records: list[dict], skipped, out_dir: Path | None) -> None:
-    """Score the final texts that have references (WER/CER), say what was skipped, write them to out_dir."""
+def report_streamed(records: list[dict], skipped, out_dir: Path | None, scoring: Scoring = Scoring()) -> None:
+    """Score the final texts that have references (WER/CER, normalized by ``scoring``), say what was
+    skipped, write them to out_dir."""
     from asr.data.inputs import hypothesis_lines
     from asr.decode.wer import ErrorCounter
 
     if skipped:
         print(f"skipped entries: {', '.join(f'{k} {n}' for k, n in sorted(skipped.items()))}")
-    scored = ErrorCounter()
+    scored = ErrorCounter(scoring)
     for r in records:
         if r["ref"] is not None:
             scored.add(r["ref"], r["hyp"], key=r["key"])
     if scored.records:
         print(f"WER {100 * scored.wer:.2f}% CER {100 * scored.cer:.2f}% over the {len(scored.records)} of "
-              f"{len(records)} utterances with references")
+              f"{len(records)} utterances with references ({scoring.describe()})")
+        for line in case_warning({"final": scored.summary()}, scoring):
+            print(line, file=sys.stderr)
     elif records:
         print("no references: no WER computed")
     if out_dir is not None:

@@ -33,6 +33,7 @@ from asr.data.features import FRAME_SHIFT_S
 from asr.decode.batch import FUSED_MODES, MODES, search_encoded
 from asr.decode.long_audio import encode_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
+from asr.decode.scoring import Scoring
 from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
 from asr.evaluation.memory import format_bytes, plan_batch
@@ -203,6 +204,7 @@ def evaluate_utterances(
     biasing: Biasing | Mapping[str, Biasing | None] | None = None,
     hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
     segmenter: PauseSegmenter | None = None,
+    scoring: Scoring = Scoring(),
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -219,6 +221,7 @@ def evaluate_utterances(
         memory_budget: bytes a forward may add at its peak (``asr.evaluation.memory``); None: no guard.
         segmenter: cut every utterance at its pauses (``asr.decode.segment``) and decode the pieces
             on their own; an utterance's hypothesis joins its pieces' in order, and it is scored whole.
+        scoring: how references and hypotheses are normalized alike before scoring (case, punctuation).
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
     a WER over the utterances that happened to decode would not be comparable with
@@ -240,9 +243,10 @@ def evaluate_utterances(
     if progress:
         from tqdm import tqdm
 
-        # In seconds of audio, moved as the encoder goes: a long recording shows its way through, and the
-        # rate is audio seconds per second (1 / RTF).
-        bar = tqdm(total=round(sum(frames) * FRAME_SHIFT_S, 1), desc="decoding", unit="s audio")
+        # Counted in feature frames (integers: a float total that the summed updates overshoot makes tqdm
+        # warn) and shown in seconds of audio, moved as the encoder goes: a long recording shows its way
+        # through, and the rate is audio seconds per second (1 / RTF).
+        bar = tqdm(total=sum(frames), desc="decoding", unit="s audio", unit_scale=FRAME_SHIFT_S)
     for batch in batches:
         groups, over = ([(batch, False)], []) if memory_budget is None else plan_batch(
             model, frames, batch, chunk_size, left_chunks, memory_budget)
@@ -251,7 +255,7 @@ def evaluate_utterances(
                 skipped["over_memory_budget"] += 1
             over_budget.add(owner[i])
             if bar is not None:
-                bar.update(frames[i] * FRAME_SHIFT_S)
+                bar.update(frames[i])
             print(f"decode: skipped {units[i].key} ({units[i].seconds:.0f} s): decoding it this way needs about "
                   f"{format_bytes(need)}, over the {format_bytes(memory_budget)} memory budget; decode it with "
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
@@ -279,13 +283,15 @@ def evaluate_utterances(
             records = [{"key": utts[i].key, "hyp": hyps[mode][i], "seconds": utts[i].seconds} for i in decoded]
             results[mode] = ModeResult(records, {"utterances": len(records), "wer": None, "cer": None, **timing})
             continue
-        counter = ErrorCounter()
+        counter = ErrorCounter(scoring)
         for i in decoded:
             counter.add(utts[i].text, hyps[mode][i], key=utts[i].key, seconds=utts[i].seconds)
         results[mode] = ModeResult(counter.records, {**counter.summary(), **timing})
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
                 "lm": None if fusion is None else fusion.settings()}
+    if eval_set.references:
+        settings["scoring"] = scoring.settings()
     if biasing is not None:
         settings["hotwords"] = {"per_utterance": not isinstance(biasing, Biasing),
                                 "rescore_weight": hotword_rescore_weight}
@@ -318,8 +324,8 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
                   chunk_size: int, left_chunks: int, fusion: Fusion | None, biasing, **options) -> None:
     """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
     ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
-    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``); ``bar``: a progress bar in
-    seconds of audio (or None).
+    hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``); ``bar``: a progress bar counting
+    feature frames (or None).
 
     The group is encoded once for all modes (as ``decode_batch`` would each time); every mode's time
     counts the encoder, so its RTF is the one it has alone.
@@ -330,7 +336,7 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
     feats = (utts[group[0]].feats[None] if len(group) == 1 else
              torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True))  # (B, T, F)
     lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
-    advance = None if bar is None else (lambda n: bar.update(n * FRAME_SHIFT_S))
+    advance = None if bar is None else bar.update
     with blocked.forced() if forced_blocked else contextlib.nullcontext():
         start = time.perf_counter()
         enc_out, enc_lens = encode_batch(model, feats, lens, chunk_size, left_chunks, advance)  # (B, T', D)

@@ -80,10 +80,12 @@ def user(tmp_path_factory) -> Path:
 def test_decode_a_folder_and_a_data_list_without_a_corpus(user):
     out = run(user, "decode_folder").stdout
     assert "no references" in out and "no WER computed" in out
-    text = (user / "exp" / "wenet" / "decode" / "my_audio_full" / "attention_rescoring.text").read_text()
+    (folder_out,) = (user / "exp" / "wenet" / "decode").glob("*_my_audio-*_full")  # a folder per input
+    text = (folder_out / "attention_rescoring.text").read_text()
     assert sorted(line.split(" ", 1)[0] for line in text.splitlines()) == ["calls/test1", "test0", "test2"]
     out = run(user, "decode_list").stdout
-    summary = json.loads((user / "exp" / "wenet" / "decode" / "data_full" / "summary.json").read_text())
+    (list_out,) = (user / "exp" / "wenet" / "decode").glob("test_data-*_full")
+    summary = json.loads((list_out / "summary.json").read_text())
     assert summary["references"] and summary["modes"]["attention_rescoring"]["utterances"] == 3
     assert "attention_rescoring" in out and "no WER computed" not in out
 

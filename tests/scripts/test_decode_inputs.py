@@ -137,3 +137,107 @@ def test_stream_scores_a_data_list_as_decode_does(imported, corpus, tmp_path, ca
     offline = {r["key"]: r["hyp"] for r in map(json.loads, (tmp_path / "d" / "attention_rescoring.jsonl"
                                                              ).read_text().splitlines())}
     assert {r["key"]: r["hyp"] for r in records} == offline and any(offline.values())
+
+
+def _lists(root: Path, corpus: Path, refs: dict[str, dict[str, str]]) -> dict[str, Path]:
+    """One data.list per name, ``refs[name]``: key -> reference, audio from the corpus."""
+    paths = {"u1": "u1.wav", "u2": "u2.flac", "u3": "sub/u3.wav"}
+    lists = {}
+    for name, table in refs.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        lists[name] = root / name / "data.list"
+        lists[name].write_text("".join(json.dumps({"key": k, "wav": str(corpus / "rec" / paths[k]), "txt": t}) + "\n"
+                                       for k, t in table.items()))
+    return lists
+
+
+def test_two_lists_decoded_without_out_dir_get_a_folder_each(imported, corpus, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = run / "model.ckpt"
+    ckpt.write_bytes(imported.read_bytes())
+    lists = _lists(tmp_path / "data", corpus, {"test": {"u1": REFS["u1"], "u3": REFS["u3"]}, "dev": {"u2": REFS["u2"]}})
+    decode_main(["--checkpoint", str(ckpt), "--modes", "ctc_greedy", str(lists["test"])])
+    (test_dir,) = (run / "decode").iterdir()
+    before = {p.name: p.read_bytes() for p in test_dir.iterdir()}
+    decode_main(["--checkpoint", str(ckpt), "--modes", "attention_rescoring", str(lists["dev"])])
+    folders = sorted((run / "decode").iterdir())
+    assert len(folders) == 2 and test_dir in folders
+    assert {p.name: p.read_bytes() for p in test_dir.iterdir()} == before  # the test results untouched
+    for folder in folders:
+        summary = json.loads((folder / "summary.json").read_text())
+        name = "test" if folder == test_dir else "dev"
+        assert summary["input"] == {"sources": [str(lists[name].resolve())], "text": None}
+        assert folder.name.startswith(f"{name}_data-") and folder.name.endswith("_full")
+    # the same list decoded again goes to its own folder again
+    decode_main(["--checkpoint", str(ckpt), "--modes", "ctc_greedy", str(lists["test"])])
+    assert len(list((run / "decode").iterdir())) == 2
+
+
+def test_an_out_dir_holding_another_inputs_results_is_refused(imported, corpus, tmp_path):
+    lists = _lists(tmp_path / "data", corpus, {"test": {"u1": REFS["u1"]}, "dev": {"u2": REFS["u2"]}})
+    out = tmp_path / "out"
+    decode(imported, out, lists["test"])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as exc:
+        decode(imported, out, lists["dev"])
+    message = str(exc.value)
+    assert "holds the results of another input" in message and str(lists["test"].resolve()) in message
+    assert "\n" not in message
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert decode(imported, out, lists["test"])["input"]["sources"] == [str(lists["test"].resolve())]  # its own: fine
+
+
+def test_case_and_punctuation_are_normalized_alike_and_recorded(imported, corpus, tmp_path, capsys):
+    def greedy(out, data_list, *extra):
+        return decode_main(["--checkpoint", str(imported), "--modes", "ctc_greedy", "--out-dir", str(out),
+                            str(data_list), *extra])
+
+    greedy(tmp_path / "bare", corpus / "rec" / "bare.list")
+    hyps = {r["key"]: r["hyp"] for r in map(json.loads, (tmp_path / "bare" / "ctc_greedy.jsonl").read_text().splitlines())}
+    assert any(hyps.values()) and all(h == h.lower() for h in hyps.values())  # the char model writes lower case
+    # references as a cased, punctuated corpus writes what the model said
+    shouted = {k: f"\u201c{h.upper()}!\u201d" for k, h in hyps.items() if h}
+    lists = _lists(tmp_path / "data", corpus, {"shouted": shouted})
+    capsys.readouterr()
+    default = greedy(tmp_path / "default", lists["shouted"])["modes"]["ctc_greedy"]
+    assert default["wer"] == 0.0 and default["cer"] == 0.0 and "case_only_word_errors" not in default
+    assert json.loads((tmp_path / "default" / "summary.json").read_text())["scoring"] == {
+        "case_sensitive": False, "keep_punctuation": False,
+        "rule": "case folded, punctuation removed, applied to references and hypotheses alike"}
+    assert "scoring: case folded, punctuation removed" in capsys.readouterr().out
+    cased = greedy(tmp_path / "cased", lists["shouted"], "--case-sensitive")
+    err = capsys.readouterr().err
+    totals = cased["modes"]["ctc_greedy"]
+    assert cased["scoring"]["case_sensitive"] and not cased["scoring"]["keep_punctuation"]
+    assert totals["wer"] == 1.0 and totals["case_only_word_errors"] == totals["word_errors"] > 0
+    assert (f"warning: ctc_greedy: {totals['word_errors']} of its {totals['word_errors']} word errors differ from "
+            "the reference in case only") in err
+    exact = greedy(tmp_path / "exact", lists["shouted"], "--case-sensitive", "--keep-punctuation")["modes"]["ctc_greedy"]
+    # the quotes and "!" stick to the first and last words: those are more than case differences
+    assert exact["word_errors"] == totals["word_errors"] and exact["case_only_word_errors"] < totals["word_errors"]
+    assert exact["char_errors"] == totals["char_errors"] + 3 * len(shouted)
+
+
+def test_a_list_decode_warns_nothing_about_its_progress_bar(imported, corpus, tmp_path):
+    import warnings
+
+    from tqdm import TqdmWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decode(imported, tmp_path / "out", corpus / "rec" / "data.list")  # 4.74 s of frames in all
+    assert [str(w.message) for w in caught if issubclass(w.category, TqdmWarning)] == []
+
+
+def test_audio_shorter_than_a_frame_is_a_counted_skip_in_stream_as_in_decode(imported, corpus, tmp_path, capsys):
+    tiny = tmp_path / "tiny.wav"
+    sf.write(tiny, np.zeros(8, dtype=np.int16), 16000, subtype="PCM_16")
+    assert tiny.stat().st_size == 60
+    good = corpus / "rec" / "u1.wav"
+    assert stream_main(["--checkpoint", str(imported), "--chunk-size", "4", str(tiny), str(good)]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("  final: ") == 1 and "== u1.wav" in out and "== tiny.wav" not in out
+    assert "tiny.wav: 8 samples, shorter than one fbank frame" in err and "skipped entries: audio_too_short 1" in out
+    summary = decode(imported, tmp_path / "d", tiny, good)
+    assert summary["skipped_utterances"] == {"audio_too_short": 1}

@@ -66,8 +66,10 @@ def test_other_cuts_file_and_default_out_dir(trained, capsys):
     corpus, ckpt = trained
     # --ckpt stays an alias of --checkpoint for now
     decode(capsys, "--ckpt", str(ckpt), "--modes", "ctc_greedy", "--cuts", str(corpus / "cuts_dev.jsonl.gz"))
-    summary = json.loads((ckpt.parent.parent / "decode" / "cuts_dev_full" / "summary.json").read_text())
+    (out_dir,) = (ckpt.parent.parent / "decode").glob(f"{corpus.name}_cuts_dev-*_full")  # named from the input
+    summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["modes"]["ctc_greedy"]["utterances"] == 4
+    assert summary["input"]["sources"] == [str((corpus / "cuts_dev.jsonl.gz").resolve())]
 
 
 def test_bad_mode_is_a_clear_error(trained, capsys):
