@@ -17,7 +17,7 @@ from pathlib import Path
 
 from asr.data.cmvn import compute_cmvn, save_cmvn
 from asr.data.dataset import cut_text
-from asr.data.importers import IMPORTERS
+from asr.data.importers import IMPORTERS, CorpusFormatError
 from asr.data.manifest import manifest_stats, read_cuts, write_cuts
 from asr.data.shar import shard_paths, write_shar
 from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_units
@@ -98,7 +98,7 @@ def import_corpus(args: PrepareOptions, out: Path) -> None:
     skipped: Counter = Counter()
     try:
         splits = _import_splits(args, skipped)
-    except OSError as err:  # a missing source file or folder (FileNotFoundError), an unreadable one
+    except (OSError, CorpusFormatError) as err:  # a missing or unreadable source, one in a layout not read here
         raise PrepareError(f"prepare_data: {err}") from err
     for split, cuts in splits.items():
         path = write_cuts(cuts, out / f"cuts_{split}.jsonl.gz")

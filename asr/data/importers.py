@@ -13,6 +13,7 @@ loads only that span (`asr.data.audio.cut_waveform`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from collections import Counter
@@ -111,12 +112,43 @@ def _wenet_span(entry: dict) -> tuple[float, float | None]:
     return float(start), float(end)
 
 
+class CorpusFormatError(ValueError):
+    """A source in a layout no importer reads; the message is one line and says what to give instead."""
+
+
+def first_line(path: Path) -> str | None:
+    """The first non-empty line of a (gzipped) text file, stripped; None when there is none or it is not text."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    return line.strip()
+    except (OSError, UnicodeDecodeError, EOFError):
+        return None
+    return None
+
+
+def is_shard_list(path: Path) -> bool:
+    """A Wenet shard list (``data_type: shard``): one tar archive path or URL a line."""
+    line = first_line(path)
+    return line is not None and line.split("?")[0].endswith((".tar", ".tar.gz", ".tgz"))
+
+
+def shard_list_message(path: Path) -> str:
+    return (f"{path}: a Wenet shard list (tar archives, data_type shard), which is not read here: give a raw "
+            "data.list of the same audio (JSON lines key/wav/txt, optional start/end; Wenet's tools/make_raw_list.py "
+            "writes one) or the audio files")
+
+
 def import_wenet(data_list: str | Path, skipped: Counter | None = None, require_text: bool = True) -> CutSet:
     """Wenet `data.list`: JSON lines with `key`, `wav`, `txt` and, for a segment of the file, `start` and
     `end` in seconds (:func:`segment_cut`); relative wav paths are taken from the list's folder.
 
     require_text=False (audio to decode without references): `txt` may be absent (the cut then has no text)."""
     data_list = Path(data_list)
+    if is_shard_list(data_list):
+        raise CorpusFormatError(shard_list_message(data_list))
     cuts = []
     for line_no, line in enumerate(data_list.read_text("utf-8").splitlines(), 1):
         if not line.strip():

@@ -23,7 +23,6 @@ an :class:`InputError` with a one-line message.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -32,7 +31,8 @@ from pathlib import Path
 
 from lhotse import CutSet
 
-from asr.data.importers import import_nemo, import_wenet, kaldi_cuts, make_cut, make_recording, read_table
+from asr.data.importers import (first_line, import_nemo, import_wenet, is_shard_list, kaldi_cuts, make_cut,
+                                make_recording, read_table, shard_list_message)
 from asr.data.text import squeeze_spaces
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus")
@@ -56,16 +56,12 @@ class Inputs:
 
 def _first_json(path: Path) -> dict | None:
     """The first non-empty line of a (gzipped) text file as a JSON object, else None."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    line = first_line(path)
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    value = json.loads(line)
-                    return value if isinstance(value, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError):
+        value = None if line is None else json.loads(line)
+    except json.JSONDecodeError:
         return None
-    return None
+    return value if isinstance(value, dict) else None
 
 
 def detect_kind(path: str | Path) -> str:
@@ -87,6 +83,8 @@ def detect_kind(path: str | Path) -> str:
             return "nemo"
         if "id" in first and ("recording" in first or "start" in first):
             return "lhotse"
+    if is_shard_list(path):
+        raise InputError(shard_list_message(path))
     raise InputError(f"{path}: cannot tell what it is: expected audio ({'/'.join(s[1:] for s in AUDIO_SUFFIXES)}) "
                      "or a folder of it, a Wenet data.list (JSON lines key/wav/txt), a Kaldi wav.scp, a NeMo "
                      "manifest (JSON lines audio_filepath/duration/text) or a Lhotse cut manifest")

@@ -209,8 +209,10 @@ def _read_features(cfg: dict, input_dim: int, notes: list[str]) -> dict[str, Any
         raise WenetImportError(f"train.yaml: dataset_conf.resample_conf.resample_rate = {rate} cannot be imported "
                                f"(this toolkit runs at {SAMPLE_RATE} Hz).")
     if "fbank_conf" not in dataset:
-        raise WenetImportError("train.yaml: dataset_conf.fbank_conf is missing: the feature options of the model "
-                               "are unknown.")
+        raise WenetImportError(
+            "train.yaml: dataset_conf.fbank_conf is missing: the feature options of the model are unknown. Add the "
+            "ones it was trained with, e.g. Wenet's recipe values: dataset_conf: {fbank_conf: {num_mel_bins: "
+            f"{input_dim}, frame_shift: 10, frame_length: 25, dither: 1.0}}}} (num_mel_bins = input_dim, {input_dim}).")
     conf = Section("dataset_conf.fbank_conf", dataset["fbank_conf"], notes)
     bins = int(conf.get("num_mel_bins", 23))
     if bins != input_dim:

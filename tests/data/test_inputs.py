@@ -101,6 +101,25 @@ def test_what_cannot_be_read_is_one_line(tmp_path):
         assert "\n" not in str(err.value)
 
 
+def test_a_wenet_shard_list_is_named_and_told_what_to_give_instead(tmp_path):
+    from asr.data.importers import CorpusFormatError, import_wenet
+    from asr.prepare import PrepareError, PrepareOptions, prepare_corpus
+
+    shards = tmp_path / "data.list"
+    shards.write_text("".join(f"/data/shards/shards_{i:09d}.tar\n" for i in range(3)))
+    urls = tmp_path / "urls.list"
+    urls.write_text("https://example.org/shards/shards_000000000.tar.gz?token=x\n")
+    for source in (shards, urls):
+        with pytest.raises(InputError, match="a Wenet shard list") as err:
+            read_inputs([source])
+        assert "raw data.list" in str(err.value) and "make_raw_list.py" in str(err.value)
+        assert "\n" not in str(err.value)
+    with pytest.raises(CorpusFormatError, match="a Wenet shard list"):
+        import_wenet(shards)
+    with pytest.raises(PrepareError, match="a Wenet shard list"):
+        prepare_corpus(PrepareOptions(corpus="wenet", src=[f"train={shards}"], data_dir=str(tmp_path / "out")))
+
+
 def test_repeated_keys_are_counted_not_kept_twice(audio):
     # Keys are relative to each source: a/one.wav named alone is "one", and so is it in the folder a/.
     inputs = read_inputs([audio, audio / "a" / "one.wav", audio / "a"])

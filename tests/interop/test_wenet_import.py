@@ -170,6 +170,21 @@ def test_a_wenet_1_layout_reads_its_fbank_options_from_collate_conf(tmp_path):
         import_wenet(folder)
 
 
+
+def test_a_train_yaml_without_fbank_conf_is_refused_with_what_to_add(tmp_path):
+    import re
+
+    cfg = wl.config()
+    del cfg["dataset_conf"]["fbank_conf"]
+    folder = wl.write_folder(tmp_path / "wenet", cfg, wl.state_dict(cfg))
+    with pytest.raises(WenetImportError, match="fbank_conf is missing") as err:
+        import_wenet(folder)
+    # the message's YAML, added as it says, makes the folder import, with the bins of the model
+    suggested = yaml.safe_load(re.search(r"dataset_conf: (\{.*\}) \(", str(err.value)).group(1))
+    cfg["dataset_conf"].update(suggested)
+    (folder / "train.yaml").write_text(yaml.safe_dump(cfg))
+    assert import_wenet(folder).config.features["num_mel_bins"] == wl.F_IN
+
 @pytest.mark.parametrize("key", ["model", "state_dict"])
 def test_a_wrapped_state_dict_is_unwrapped_with_a_note(tmp_path, key):
     cfg = wl.config()
