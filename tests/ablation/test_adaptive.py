@@ -225,7 +225,17 @@ def test_several_jobs_train_a_rung_at_once_and_decide_as_one_job_does(tmp_path: 
     assert outcomes[3][1]["none"] == (True, 800) and outcomes[3][1]["rel_xl-seed1"] == (True, 800)
 
 
-def test_an_interrupted_rung_stops_the_runs_still_training_and_starts_no_other() -> None:
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in the main thread during the test, however pytest was launched: a
+    background shell (``nohup ... &``, a scheduler) starts Python with SIGINT ignored, and Python then
+    installs no handler of its own."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_rung_stops_the_runs_still_training_and_starts_no_other(ctrl_c_raises) -> None:
     released = threading.Event()
     started: list[str] = []
     interrupted: list[float] = []

@@ -42,6 +42,17 @@ def test_a_clear_loser_stops_and_says_why() -> None:
     assert sorted(asked) == [("none", "rel_xl"), ("rope", "rel_xl")]  # only ever against the best
 
 
+def test_an_interval_that_only_touches_what_the_slope_could_gain_continues() -> None:
+    # -5 points per 1000 steps over the 3000 steps left: at most 15.00 points, exactly the interval's low end
+    progress = {"rel_xl": Progress(1000, 30.0, falling(-6.0, -9.0, -3.0)),
+                "none": Progress(1000, 50.0, falling(-4.0, -5.0, -3.0))}
+    touching, _ = table({"none": (17.0, 15.0, 19.0)})
+    decision = decide(progress, touching, MAX_STEPS)["none"]
+    assert decision.action == CONTINUE and "could close in 3000 steps (up to 15.00)" in decision.reason
+    beyond, _ = table({"none": (17.0, 15.01, 19.0)})
+    assert decide(progress, beyond, MAX_STEPS)["none"].action == STOPPED
+
+
 def test_converged_or_out_of_steps_finish_and_an_unbounded_slope_continues() -> None:
     flat = plateau_convergence([[[s, 0.3 + 0.001 * (-1) ** k] for k, s in enumerate(range(100, 2100, 100))]])
     assert flat.converged

@@ -71,3 +71,16 @@ def test_a_lead_in_puts_the_frontends_frames_of_exact_zeros_before_the_speech(tm
     assert len(lengths) > 5  # drawn, not fixed
     off = AsrDataset(_FixedTokenizer(), extractor)
     assert int(off[CutSet.from_cuts([speech])][0].feat_lens[0]) == clean.shape[0]
+
+
+def test_lead_in_lengths_cover_every_frame_count_from_one_to_the_maximum(tmp_path):
+    import random
+
+    speech, _ = _speech_and_noise(tmp_path)
+    dataset = AsrDataset(_FixedTokenizer(), FbankExtractor(), lead_in_prob=1.0, lead_in_max_s=0.03)  # 3 frames
+    f = torch.zeros(5, 80)  # (T, F)
+    random.seed(0)
+    drawn = {dataset.with_lead_in(f).size(0) - f.size(0) for _ in range(200)}
+    assert drawn == {1, 2, 3}  # one frame is a lead-in too
+    one = AsrDataset(_FixedTokenizer(), FbankExtractor(), lead_in_prob=1.0, lead_in_max_s=0.01)
+    assert one.with_lead_in(f).size(0) == f.size(0) + 1
