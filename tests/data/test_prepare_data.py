@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from asr import prepare
 from asr.data.tokenizer import load_tokenizer
@@ -68,6 +69,16 @@ def test_a_segmented_wenet_list_is_prepared_and_trained_on_its_segments_only(tmp
     assert json.loads((out / "cmvn.json").read_text())["frames"] == 98 + 48
     batch, skipped, seconds = AsrDataset(load_tokenizer(out / "tokenizer"), FbankExtractor())[cuts]
     assert skipped == [] and seconds == 1.5 and sorted(batch.feat_lens.tolist()) == [48, 98]
+    # many-node training reads Shar shards: they hold the segments' samples, not the file's
+    from lhotse import CutSet
+
+    from asr.data.audio import cut_waveform
+    from asr.data.shar import write_shar
+
+    write_shar(cuts, tmp_path / "shar", shard_size=10)
+    shar = list(CutSet.from_shar(in_dir=tmp_path / "shar"))
+    assert all(torch.equal(cut_waveform(a), cut_waveform(b)) for a, b in zip(shar, cuts, strict=True))
+    assert [cut_waveform(c).numel() for c in shar] == [16000, 8000]
 
 def test_xengine_is_refused_for_an_imported_corpus():
     with pytest.raises(ValueError, match="--xengine renders the synth corpus"):
