@@ -39,7 +39,8 @@ seconds), <out-dir>/<mode>.text ("key hypothesis" lines) and <out-dir>/summary.j
 (the input it decoded, settings, skipped cuts by reason, and per mode
 WER, CER, utterances, decode seconds, RTF); prints a table.
 Default out-dir: one per input, <run folder>/decode/<folder>_<stem>-<hash>_<full|chunkC_leftL>[_lm][_wordlm]
-[_hotwords] (asr/evaluation/output_dir.py); a folder whose summary.json names another input is refused.
+[_hotwords][_pauses][_cased][_punct] (asr/evaluation/output_dir.py); a folder whose summary.json names another
+input is refused.
 
 Scoring: references and hypotheses are normalized alike, case folded and punctuation removed
 (apostrophes inside words kept); --case-sensitive and --keep-punctuation score them as written
@@ -142,6 +143,7 @@ def default_out_dir(args: argparse.Namespace, identity: dict) -> Path:
     ctx = "full" if args.chunk_size == 0 else f"chunk{args.chunk_size}_left{args.left_chunks}"
     lm = ("_lm" if args.lm else "") + ("_wordlm" if args.word_lm else "") + ("_hotwords" if args.hotwords else "")
     lm += "_pauses" if args.segment_at_pauses else ""
+    lm += ("_cased" if args.case_sensitive else "") + ("_punct" if args.keep_punctuation else "")
     return run_dir / "decode" / f"{name}_{ctx}{lm}"
 
 

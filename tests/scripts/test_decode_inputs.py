@@ -169,9 +169,13 @@ def test_two_lists_decoded_without_out_dir_get_a_folder_each(imported, corpus, t
         name = "test" if folder == test_dir else "dev"
         assert summary["input"] == {"sources": [str(lists[name].resolve())], "text": None}
         assert folder.name.startswith(f"{name}_data-") and folder.name.endswith("_full")
-    # the same list decoded again goes to its own folder again
+    # the same list decoded again goes to its own folder again; scored otherwise, to a folder beside it
     decode_main(["--checkpoint", str(ckpt), "--modes", "ctc_greedy", str(lists["test"])])
     assert len(list((run / "decode").iterdir())) == 2
+    before = {p.name: p.read_bytes() for p in test_dir.iterdir()}
+    decode_main(["--checkpoint", str(ckpt), "--modes", "ctc_greedy", str(lists["test"]), "--case-sensitive"])
+    assert (run / "decode" / f"{test_dir.name}_cased" / "summary.json").is_file()
+    assert {p.name: p.read_bytes() for p in test_dir.iterdir()} == before
 
 
 def test_an_out_dir_holding_another_inputs_results_is_refused(imported, corpus, tmp_path):
