@@ -62,11 +62,17 @@ def test_every_mode_writes_jsonl_and_summary(trained, tmp_path, capsys, chunk):
     assert all(r == refs["ctc_greedy"] for r in refs.values())
 
 
+def default_out_dir(ckpt: Path, corpus: Path, settings: str, split: str = "test") -> Path:
+    """decode.py's folder for a split of the corpus decoded with ``settings`` (its name's tail)."""
+    (out,) = (ckpt.parent.parent / "decode").glob(f"{corpus.name}_cuts_{split}-*_{settings}")
+    return out
+
+
 def test_other_cuts_file_and_default_out_dir(trained, capsys):
     corpus, ckpt = trained
     # --ckpt stays an alias of --checkpoint for now
     decode(capsys, "--ckpt", str(ckpt), "--modes", "ctc_greedy", "--cuts", str(corpus / "cuts_dev.jsonl.gz"))
-    (out_dir,) = (ckpt.parent.parent / "decode").glob(f"{corpus.name}_cuts_dev-*_full")  # named from the input
+    out_dir = default_out_dir(ckpt, corpus, "full", split="dev")  # named from the input
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["modes"]["ctc_greedy"]["utterances"] == 4
     assert summary["input"]["sources"] == [str((corpus / "cuts_dev.jsonl.gz").resolve())]
@@ -175,7 +181,7 @@ def test_lm_option_fuses_the_beam_modes_only(trained, tmp_path, capsys):
            "--out-dir", str(plain_out))
     stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy,attention_rescoring", "--beam", "3",
                     "--lm", str(lm), "--lm-weight", "0.9", "--length-bonus", "2")
-    out = ckpt.parent.parent / "decode" / "test_full_lm"  # the default out-dir says "with an LM"
+    out = default_out_dir(ckpt, corpus, "full_lm")  # the default out-dir says "with an LM"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["lm"] == {"path": str(lm), "order": 3, "weight": 0.9, "length_bonus": 2.0}
     assert "LM 3-gram, weight 0.9, length bonus 2.0" in stdout
@@ -200,7 +206,7 @@ def test_word_lm_option_is_recorded_and_decodes_beside_the_token_lm(trained, tmp
     words = save_word_lm(*train_word_lm(texts, 2), word_lm_path(corpus, 2))
     stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_prefix_beam,attention_rescoring", "--beam",
                     "3", "--lm", str(lm), "--word-lm", str(words), "--oov-penalty", "4")
-    out = ckpt.parent.parent / "decode" / "test_full_lm_wordlm"
+    out = default_out_dir(ckpt, corpus, "full_lm_wordlm")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["lm"]["path"] == str(lm) and summary["lm"]["order"] == 3
     assert summary["lm"]["word_lm"] == {"path": str(words), "order": 2, "words": 7, "weight": 0.3,
@@ -245,7 +251,7 @@ def test_hotwords_option_biases_the_beam_modes_and_is_recorded(trained, tmp_path
     hot.write_text("charlie delta:3\nbravo\n", encoding="utf-8")
     stdout = decode(capsys, "--checkpoint", str(ckpt), "--modes", "ctc_greedy,attention_rescoring", "--beam", "3",
                     "--hotwords", str(hot), "--hotword-score", "1.5", "--hotword-rescore-weight", "0.5")
-    out = ckpt.parent.parent / "decode" / "test_full_hotwords"
+    out = default_out_dir(ckpt, corpus, "full_hotwords")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["hotwords"]["path"] == str(hot) and summary["hotwords"]["phrases"] == 2
     assert summary["hotwords"]["score"] == 1.5 and summary["hotwords"]["rescore_weight"] == 0.5
