@@ -58,7 +58,7 @@ from asr.serve.counters import BatchSizeHistogram
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
 from asr.serve.frames import FeatureQueue
-from asr.serve.stream_state import StreamState, move
+from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.frontend import StreamingFrontend
@@ -138,9 +138,8 @@ class Stream:
         self._lock = threading.Lock()
         self._inbox: list[torch.Tensor] = []
         self._inbox_samples = 0
-        self._input_finished = False
+        self._audio_end = AudioEnd.OPEN  # written under _lock: finish() comes from any thread
         self._frontend = StreamingFrontend(recognizer.features, recognizer.model.encoder.online_cmn())
-        self._frontend_finished = False  # the frames that wait for the end of the audio were taken
         # Fbank frames from the next chunk's start (running-mean normalized when the model asks)
         self._queue = FeatureQueue(self._frontend, keep_raw=recognizer.endpoint.resets_cmn)
         self.encoder_state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
@@ -160,10 +159,8 @@ class Stream:
         self._vad = SpeechSegmenter(recognizer.vad_model, recognizer.vad) if recognizer.vad is not None else None
         self._events: deque[Speech | SpeechEnd] = deque()
         self._event_samples = 0  # samples in _events (read by backlog_s from other threads)
-        self._vad_finished = False
-        self._segment_closed = False
-        self._segment_opened = False  # the current segment's first audio arrived (its start time is known)
-        self._segment = 0
+        self._audio_segment = Segment.WAITING  # the audio segment the encoder is on
+        self._utterance = 0  # utterance index in the stream (Result.segment)
         self._lifecycle = StreamState.DECODING  # asr.serve.stream_state: moved by _move only
         self._final: Result | None = None  # the utterance's final result while the state has one
         self.error: str | None = None  # why decoding this stream failed (state FAILED)
@@ -184,7 +181,7 @@ class Stream:
         with self._lock:
             if self.error is not None:
                 raise ValueError(f"this stream failed ({self.error}); create a new stream for new audio.")
-            if self._input_finished:
+            if self._audio_end is not AudioEnd.OPEN:
                 raise ValueError("finish() was called on this stream; create a new stream for new audio.")
             self._inbox.append(samples)
             self._inbox_samples += samples.numel()
@@ -192,7 +189,8 @@ class Stream:
     def finish(self) -> None:
         """No more audio: the next ``decode()`` flushes the stream and makes its final result."""
         with self._lock:
-            self._input_finished = True
+            if self._audio_end is AudioEnd.OPEN:
+                self._audio_end = AudioEnd.FINISH_CALLED
 
     @property
     def backlog_s(self) -> float:
@@ -226,7 +224,7 @@ class Stream:
         decode = self._rec.tokenizer.decode
         partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
         hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
-        return Result(hyps or [Hypothesis("", ())], False, self._segment)
+        return Result(hyps or [Hypothesis("", ())], False, self._utterance)
 
     def reset(self) -> None:
         """Start the next utterance: fresh decoder and endpoint counters.
@@ -244,15 +242,15 @@ class Stream:
         self._endpoint.reset()
         self._final = None
         self._move(StreamState.DECODING)
-        self._segment += 1
+        self._utterance += 1
         policy = self._rec.endpoint
         split, self._split = self._split, None
-        if self._segment_closed and self._encoder_flushed and split is None:  # the VAD's next segment
+        if self._audio_segment is Segment.CLOSED and self._encoder_flushed and split is None:  # the VAD's next segment
             self._frontend.fbank.reset()
             if policy.resets_cmn:
                 self._frontend.reset_normalization()
             self._restart_encoder(0)
-            self._segment_closed = self._segment_opened = False
+            self._audio_segment = Segment.WAITING
             start = 0
         else:
             if split is not None and policy.resets_cache:
@@ -273,22 +271,23 @@ class Stream:
         """Take the audio queued since the last round into the frontend (and the VAD)."""
         with self._lock:
             pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
-            finished = self._input_finished
+            end = self._audio_end
         if self._vad is None:
             if pieces:
                 self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
         else:
             events = self._vad.accept(torch.cat(pieces)) if pieces else []
-            if finished and not self._vad_finished:
-                self._vad_finished = True
+            if end is AudioEnd.FINISH_CALLED:
+                end = self._set_audio_end(AudioEnd.VAD_FLUSHED)
                 events += self._vad.finish()
             self._events.extend(events)
             self._event_samples += sum(e.samples.numel() for e in events if isinstance(e, Speech))
             self._take_events()
-            finished = finished and not self._events
-        if finished and not self._frontend_finished:  # the last frames (snip_edges=False) may complete whole chunks
-            self._frontend_finished = True
-            if not self._segment_closed:  # a closed segment's frontend was finished when it closed
+            if self._events:  # the frontend's end waits for them
+                return
+        if end in (AudioEnd.FINISH_CALLED, AudioEnd.VAD_FLUSHED):  # the last frames may complete whole chunks
+            self._set_audio_end(AudioEnd.FRONTEND_FLUSHED)
+            if self._audio_segment is not Segment.CLOSED:  # a closed segment's frontend was finished when it closed
                 self._queue.add(self._frontend.fbank.finish())
 
     def has_chunk(self) -> bool:
@@ -301,14 +300,14 @@ class Stream:
     def needs_flush(self) -> bool:
         """The audio (or its VAD segment) ended, and its last partial chunk and final result are to be made."""
         return (
-            (self._segment_closed or self._audio_ended()) and self._lifecycle.takes_frames
+            (self._audio_segment is Segment.CLOSED or self._audio_ended()) and self._lifecycle.takes_frames
             and self._carry is None and not self.has_chunk()
         )
 
     def has_pending(self) -> bool:
         """Frames or VAD output that wait for the next ``decode()`` (after a ``reset()``)."""
         waiting = self._carry is not None and self._lifecycle.takes_frames
-        return not self._lifecycle.is_terminal and (waiting or (bool(self._events) and not self._segment_closed))
+        return not self._lifecycle.is_terminal and (waiting or (bool(self._events) and self._audio_segment is not Segment.CLOSED))
 
     def next_chunk(self) -> torch.Tensor:
         """(span, F) features of the next chunk (held until :meth:`take_step` commits it)."""
@@ -377,21 +376,26 @@ class Stream:
 
     def _take_events(self) -> None:
         """Feed the VAD's output to the frontend up to the end of the current segment."""
-        while self._events and not self._segment_closed:
+        while self._events and self._audio_segment is not Segment.CLOSED:
             event = self._events.popleft()
             if isinstance(event, SpeechEnd):
                 self._queue.add(self._frontend.fbank.finish())
-                self._segment_closed = True
+                self._audio_segment = Segment.CLOSED
                 continue
-            if not self._segment_opened:
+            if self._audio_segment is Segment.WAITING:
                 self._segment_start_s = event.start / SAMPLE_RATE
-                self._segment_opened = True
+                self._audio_segment = Segment.OPEN
             self._queue.add(self._frontend.fbank.accept(event.samples))
             self._event_samples -= event.samples.numel()
 
+    def _set_audio_end(self, step: AudioEnd) -> AudioEnd:
+        with self._lock:
+            self._audio_end = step
+        return step
+
     def _audio_ended(self) -> bool:
         with self._lock:
-            return self._input_finished and not self._inbox and self._frontend_finished
+            return self._audio_end is AudioEnd.FRONTEND_FLUSHED and not self._inbox
 
     def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor, first_frame: int) -> None:
         """Decode c new frames: enc_out (c, D), log_probs (c, V); the first is segment frame ``first_frame``.
@@ -436,7 +440,7 @@ class Stream:
         span = (origin + utt.start_frame * rec.frame_s, origin + (utt.start_frame + utt.frames) * rec.frame_s)
         nbest = self._search.nbest()
         if not nbest or utt.frames == 0:
-            return Result([Hypothesis("", ())], True, self._segment, span)
+            return Result([Hypothesis("", ())], True, self._utterance, span)
         if rec.model.decoder is not None:
             enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
             opts = rec.options
@@ -451,7 +455,7 @@ class Stream:
             spans = ctc_align(log_probs, tokens, rec.model.blank_id)
             words = word_times([rec.word_piece(t) for t in tokens], spans, rec.frame_s, span[0])
             hyps.append(Hypothesis(rec.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
-        return Result(hyps, True, self._segment, span)
+        return Result(hyps, True, self._utterance, span)
 
 
 class MultiStreamRecognizer:

@@ -14,6 +14,10 @@
 - ``FAILED``: decoding this stream raised; it decodes nothing more (``Stream.error`` says why).
 
 ``DONE`` and ``FAILED`` are final: a stream in them never moves again.
+
+Two smaller states describe the input side, apart from the lifecycle: :class:`AudioEnd` (how far the
+end of the audio has reached through VAD and fbank) and :class:`Segment` (the audio segment the
+encoder is on: with a VAD, each speech segment).
 """
 
 from __future__ import annotations
@@ -60,3 +64,29 @@ def move(current: StreamState, target: StreamState) -> StreamState:
         raise StreamStateError(f"a stream cannot move from {current.name} to {target.name} (from {current.name}: "
                                f"{allowed}).")
     return target
+
+
+class AudioEnd(Enum):
+    """How far the end of a stream's audio has travelled through its pipeline (each step once, in order).
+
+    ``OPEN``: audio may still come; ``FINISH_CALLED``: ``finish()`` was called (audio queued before it may
+    still wait); ``VAD_FLUSHED``: the VAD gave its last output (streams with a VAD); ``FRONTEND_FLUSHED``:
+    the fbank gave the frames that wait for the end of the audio: what is left is decoding.
+    """
+
+    OPEN = "open"
+    FINISH_CALLED = "finish_called"
+    VAD_FLUSHED = "vad_flushed"
+    FRONTEND_FLUSHED = "frontend_flushed"
+
+
+class Segment(Enum):
+    """The audio segment the encoder is on (with a VAD each speech segment is one; without, the stream is).
+
+    ``WAITING``: none of its audio arrived yet (its start time is unknown); ``OPEN``: its audio arrives;
+    ``CLOSED``: the VAD ended it and its frontend was flushed; ``reset()`` after its final opens the next.
+    """
+
+    WAITING = "waiting"
+    OPEN = "open"
+    CLOSED = "closed"
