@@ -66,13 +66,19 @@ class SoakReport:
     rss_mib: list[tuple[float, float]] = field(default_factory=list)  # (seconds into the run, MiB)
     counters: dict[str, int] = field(default_factory=dict)  # the server's, after the last connection closed
     warmup_s: float = 0.0
+    every_pair_s: float = float("inf")  # when each pair had been served once (every list compiled and cached)
+
+    @property
+    def judged_from_s(self) -> float:
+        """The warm-up's end: ``warmup_s``, or later when not every hotword list had been compiled by then."""
+        return max(self.warmup_s, self.every_pair_s)
 
     def after_warmup(self) -> list[float]:
-        return [mib for t, mib in self.rss_mib if t >= self.warmup_s]
+        return [mib for t, mib in self.rss_mib if t >= self.judged_from_s]
 
     def growth_mib_per_min(self) -> float:
         """Least-squares slope of the resident memory after the warm-up, MiB per minute."""
-        points = [(t, mib) for t, mib in self.rss_mib if t >= self.warmup_s]
+        points = [(t, mib) for t, mib in self.rss_mib if t >= self.judged_from_s]
         if len(points) < 2:
             return float("nan")
         mean_t = sum(t for t, _ in points) / len(points)
@@ -83,14 +89,16 @@ class SoakReport:
     def lines(self) -> list[str]:
         kept = self.after_warmup()
         spread = f"{min(kept):.0f}-{max(kept):.0f} MiB" if kept else "no samples"
+        quarters = " / ".join(f"{kept[min(len(kept) - 1, q * len(kept) // 4)]:.0f}" for q in range(1, 5)) if kept else ""
         return [
             f"connections     : {self.connections} in {self.wall_s:.0f} s ({self.audio_s:.0f} s of audio, "
             f"{self.audio_s / max(self.wall_s, 1e-9):.1f} streams in real time on average)",
             f"finals == offline: {self.finals_equal}/{self.connections}"
             + (f" (differing: {'; '.join(self.differing)})" if self.differing else ""),
             f"failed          : {len(self.failed)}" + (f" ({'; '.join(self.failed)})" if self.failed else ""),
-            f"resident memory : {self.rss_mib[0][1]:.0f} MiB at the start, {spread} after the {self.warmup_s:.0f} s "
-            f"warm-up ({len(kept)} samples), slope {self.growth_mib_per_min():+.2f} MiB/min"
+            f"resident memory : {self.rss_mib[0][1]:.0f} MiB at the start, {spread} after the warm-up "
+            f"(from {self.judged_from_s:.0f} s: {self.warmup_s:g} s and every list served once; {len(kept)} samples; "
+            f"at its quarters {quarters} MiB), slope {self.growth_mib_per_min():+.2f} MiB/min"
             if self.rss_mib else "resident memory : not sampled",
             "counters at end : " + ", ".join(f"{k} {v}" for k, v in self.counters.items()),
         ]
@@ -154,6 +162,8 @@ async def soak(recognizer: MultiStreamRecognizer, pairs: list[Pair], config: Soa
                 session = await stream_audio(uri, pair.wave.numpy(), SAMPLE_RATE, piece_s=config.piece_s,
                                              realtime=True, hotwords=list(pair.hotwords) or None)
                 report.connections += 1
+                if report.connections == len(pairs):
+                    report.every_pair_s = time.monotonic() - start
                 report.audio_s += pair.wave.numel() / SAMPLE_RATE
                 if session.error is not None:
                     if len(report.failed) < 3:
