@@ -31,7 +31,10 @@ proxy every client has the proxy's address: raise it to --max-connections there)
 --web serves a page (asr/serve/web: HTML and JavaScript in the package, nothing
 from elsewhere) on the same port: open http://127.0.0.1:10086/ in a browser, press
 Start, speak. It captures the microphone with an AudioWorklet, resamples to 16 kHz,
-and speaks the same protocol as any other client.
+and speaks the same protocol as any other client. A page from another web origin may not open a
+WebSocket here (HTTP 403): a site the user visits cannot stream to the server; --allow-origin names
+pages that may (a page of your own served elsewhere, a reverse proxy's https address). Clients that
+send no Origin header (Wenet's, scripts/client.py) are not browsers and always connect.
 
 --vad silero puts Silero VAD (its ONNX model from the silero-vad wheel) in front of every
 stream: non-speech never reaches the encoder (a silent connection costs almost nothing), and
@@ -66,6 +69,7 @@ from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, ad
                                 add_threads_argument, options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
 from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS  # noqa: E402
+from asr.serve.origin import OriginPolicy  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
 
@@ -99,6 +103,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(default 10)")
     parser.add_argument("--web", action="store_true",
                         help="also serve the microphone page over HTTP on the same port (http://HOST:PORT/)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a web origin (scheme://host[:port]) whose pages may connect besides the server's own "
+                             "page; repeat for more, '*' for any. Clients that send no Origin (Wenet's, scripts) "
+                             "always may")
     parser.add_argument("--no-endpoint", action="store_true", help="never end an utterance before the client does")
     parser.add_argument("--endpoint-silence", type=float, default=DEFAULT_TRAILING_SILENCE_S, metavar="S",
                         help=f"seconds of silence after speech that end an utterance (default "
@@ -126,6 +134,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for flag, value in (("--idle-timeout-s", args.idle_timeout_s), ("--hotword-compile-s", args.hotword_compile_s)):
         if not 0 < value < float("inf"):
             parser.error(f"{flag} ({value}) must be a finite number > 0")
+    try:
+        OriginPolicy(args.allow_origin)
+    except ValueError as err:
+        parser.error(f"--allow-origin: {err}")
     if args.backend == "onnx" and not args.onnx_model:
         parser.error("--backend onnx needs --onnx-model PATH (write one with scripts/export.py)")
     if args.backend == "eager" and args.onnx_model:
@@ -162,12 +174,20 @@ def build_server(args: argparse.Namespace):
                           max_frame_bytes=args.max_frame_kb * 1024, max_backlog_s=args.max_backlog_s,
                           max_hotwords=args.max_hotwords, max_hotword_chars=args.max_hotword_chars, web=args.web,
                           max_connections_per_client=args.max_connections_per_client,
-                          idle_timeout_s=args.idle_timeout_s, hotword_compile_s=args.hotword_compile_s)
+                          idle_timeout_s=args.idle_timeout_s, hotword_compile_s=args.hotword_compile_s,
+                          allowed_origins=tuple(args.allow_origin))
     return AsrServer(recognizer, config)
 
 
-async def serve(args: argparse.Namespace) -> None:
-    server = await build_server(args).start()
+class CannotListen(Exception):
+    """The server could not bind its address (in use, or not this machine's)."""
+
+
+async def serve(server, args: argparse.Namespace) -> None:
+    try:
+        await server.start()
+    except OSError as err:
+        raise CannotListen(f"cannot serve on {args.host}:{args.port}: {str(err).splitlines()[0]}") from err
     print(f"serving on ws://{args.host}:{server.port} (Ctrl-C stops; {args.backend} backend)", flush=True)
     if args.web:
         print(f"microphone page: http://{args.host}:{server.port}/", flush=True)
@@ -181,12 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # What a bad option or input raises while the server is built (a checkpoint that is not a model, a missing
+    # --lm or --hotwords file, a list the model cannot spell) and while it binds (an address in use) is one line;
+    # anything else, a bug, keeps its traceback.
     try:
-        asyncio.run(serve(args))
+        server = build_server(args)
+    except (OSError, ValueError) as err:  # FileNotFoundError (a missing --lm) is an OSError
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(server, args))
     except KeyboardInterrupt:
         pass
-    except (OSError, ValueError, KeyError) as err:  # FileNotFoundError (a missing --lm) is an OSError
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+    except CannotListen as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
 

@@ -31,8 +31,12 @@ stream's absolute time passes its table) fails alone: a batched step that raises
 is rerun stream by stream, the stream that still raises gets ``error`` set and
 decodes nothing more, and the other streams' chunks go on as if it were absent.
 
+A stream's lifecycle is one :class:`~asr.serve.stream_state.StreamState` (decoding, endpoint, done,
+failed) that moves only as its table allows; the recognizer drives a stream through its public
+methods (``pull_audio``, ``has_chunk``, ``next_chunk``, ``take_step``, ``flush``, ...), never its fields.
+
 Threads: ``accept_waveform`` and ``finish`` may be called from any thread;
-``decode``, ``result``, ``reset`` and ``is_endpoint`` from one thread at a time.
+``decode``, ``result``, ``reset`` and ``is_endpoint`` (and the round's methods) from one thread at a time.
 """
 
 from __future__ import annotations
@@ -50,9 +54,11 @@ from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
+from asr.serve.counters import BatchSizeHistogram
 from asr.serve.encoders import EagerChunkEncoder
 from asr.serve.endpoint import EndpointConfig, EndpointDetector
 from asr.serve.frames import FeatureQueue
+from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.frontend import StreamingFrontend
@@ -132,12 +138,11 @@ class Stream:
         self._lock = threading.Lock()
         self._inbox: list[torch.Tensor] = []
         self._inbox_samples = 0
-        self._input_finished = False
+        self._audio_end = AudioEnd.OPEN  # written under _lock: finish() comes from any thread
         self._frontend = StreamingFrontend(recognizer.features, recognizer.model.encoder.online_cmn())
-        self._frontend_finished = False  # the frames that wait for the end of the audio were taken
         # Fbank frames from the next chunk's start (running-mean normalized when the model asks)
         self._queue = FeatureQueue(self._frontend, keep_raw=recognizer.endpoint.resets_cmn)
-        self._state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
+        self.encoder_state = recognizer.chunk_encoder.init_state()  # opaque: the chunk encoder's per-stream state
         self._encoder_flushed = False  # the last partial chunk went through: the state takes no more
         # Stream time: an audio segment (the whole stream without a VAD) starts at _segment_start_s;
         # the encoder state's frame 0 is the segment's frame _origin_frames (> 0 after a cache reset).
@@ -154,13 +159,11 @@ class Stream:
         self._vad = SpeechSegmenter(recognizer.vad_model, recognizer.vad) if recognizer.vad is not None else None
         self._events: deque[Speech | SpeechEnd] = deque()
         self._event_samples = 0  # samples in _events (read by backlog_s from other threads)
-        self._vad_finished = False
-        self._segment_closed = False
-        self._segment_opened = False  # the current segment's first audio arrived (its start time is known)
-        self._segment = 0
-        self._final: Result | None = None  # set when the utterance ended
-        self._done = False  # audio finished and flushed
-        self.error: str | None = None  # why decoding this stream failed; it decodes nothing more then
+        self._audio_segment = Segment.WAITING  # the audio segment the encoder is on
+        self._utterance = 0  # utterance index in the stream (Result.segment)
+        self._lifecycle = StreamState.DECODING  # asr.serve.stream_state: moved by _move only
+        self._final: Result | None = None  # the utterance's final result while the state has one
+        self.error: str | None = None  # why decoding this stream failed (state FAILED)
         self.new_frames = 0  # encoder frames decoded by the last decode() (partial result changed)
 
     # ---- any thread ----------------------------------------------------------
@@ -178,7 +181,7 @@ class Stream:
         with self._lock:
             if self.error is not None:
                 raise ValueError(f"this stream failed ({self.error}); create a new stream for new audio.")
-            if self._input_finished:
+            if self._audio_end is not AudioEnd.OPEN:
                 raise ValueError("finish() was called on this stream; create a new stream for new audio.")
             self._inbox.append(samples)
             self._inbox_samples += samples.numel()
@@ -186,7 +189,8 @@ class Stream:
     def finish(self) -> None:
         """No more audio: the next ``decode()`` flushes the stream and makes its final result."""
         with self._lock:
-            self._input_finished = True
+            if self._audio_end is AudioEnd.OPEN:
+                self._audio_end = AudioEnd.FINISH_CALLED
 
     @property
     def backlog_s(self) -> float:
@@ -198,24 +202,29 @@ class Stream:
 
     # ---- decoding thread ------------------------------------------------------
 
+    @property
+    def state(self) -> StreamState:
+        """Where the stream is in its lifecycle (:mod:`asr.serve.stream_state`)."""
+        return self._lifecycle
+
     def is_endpoint(self) -> bool:
         """The current utterance ended at an endpoint; ``result()`` is final until ``reset()``."""
-        return self._final is not None and not self._done
+        return self._lifecycle is StreamState.ENDPOINT
 
     def is_done(self) -> bool:
         """The audio was finished and fully decoded; ``result()`` is the last final result."""
-        return self._done
+        return self._lifecycle is StreamState.DONE
 
     def result(self, nbest: int = 1) -> Result:
         """The current utterance: the final result if it ended, else the partial CTC n-best (no word times)."""
         if nbest < 1:
             raise ValueError(f"nbest ({nbest}) must be >= 1.")
-        if self._final is not None:
+        if self._lifecycle.has_final:
             return Result(self._final.hyps[:nbest], True, self._final.segment, self._final.span)
         decode = self._rec.tokenizer.decode
         partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
         hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
-        return Result(hyps or [Hypothesis("", ())], False, self._segment)
+        return Result(hyps or [Hypothesis("", ())], False, self._utterance)
 
     def reset(self) -> None:
         """Start the next utterance: fresh decoder and endpoint counters.
@@ -225,20 +234,23 @@ class Stream:
         frames of the endpoint's chunk past its split point start the new utterance: encoded again
         from the fresh state after a cache reset, as they were otherwise.
         """
-        if self._done:
-            raise ValueError("this stream is finished; create a new stream for new audio.")
+        if self._lifecycle is not StreamState.ENDPOINT:
+            why = {StreamState.DONE: "is finished", StreamState.FAILED: f"failed ({self.error})",
+                   StreamState.DECODING: "has no utterance that ended (reset() follows an endpoint)"}
+            raise ValueError(f"this stream {why[self._lifecycle]}; create a new stream for new audio.")
         self._search.reset()
         self._endpoint.reset()
         self._final = None
-        self._segment += 1
+        self._move(StreamState.DECODING)
+        self._utterance += 1
         policy = self._rec.endpoint
         split, self._split = self._split, None
-        if self._segment_closed and self._encoder_flushed and split is None:  # the VAD's next segment
+        if self._audio_segment is Segment.CLOSED and self._encoder_flushed and split is None:  # the VAD's next segment
             self._frontend.fbank.reset()
             if policy.resets_cmn:
                 self._frontend.reset_normalization()
             self._restart_encoder(0)
-            self._segment_closed = self._segment_opened = False
+            self._audio_segment = Segment.WAITING
             start = 0
         else:
             if split is not None and policy.resets_cache:
@@ -253,7 +265,100 @@ class Stream:
                 self._queue.renormalize()
         self._utt = _Utterance(start_frame=start)
 
+    # ---- the recognizer's round (decoding thread) ------------------------------
+
+    def pull_audio(self) -> None:
+        """Take the audio queued since the last round into the frontend (and the VAD)."""
+        with self._lock:
+            pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
+            end = self._audio_end
+        if self._vad is None:
+            if pieces:
+                self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
+        else:
+            events = self._vad.accept(torch.cat(pieces)) if pieces else []
+            if end is AudioEnd.FINISH_CALLED:
+                end = self._set_audio_end(AudioEnd.VAD_FLUSHED)
+                events += self._vad.finish()
+            self._events.extend(events)
+            self._event_samples += sum(e.samples.numel() for e in events if isinstance(e, Speech))
+            self._take_events()
+            if self._events:  # the frontend's end waits for them
+                return
+        if end in (AudioEnd.FINISH_CALLED, AudioEnd.VAD_FLUSHED):  # the last frames may complete whole chunks
+            self._set_audio_end(AudioEnd.FRONTEND_FLUSHED)
+            if self._audio_segment is not Segment.CLOSED:  # a closed segment's frontend was finished when it closed
+                self._queue.add(self._frontend.fbank.finish())
+
+    def has_chunk(self) -> bool:
+        """A whole chunk of frames waits for the encoder, and the utterance takes it."""
+        return (
+            self._lifecycle.takes_frames and self._carry is None
+            and len(self._queue) >= self._rec.chunk_span
+        )
+
+    def needs_flush(self) -> bool:
+        """The audio (or its VAD segment) ended, and its last partial chunk and final result are to be made."""
+        return (
+            (self._audio_segment is Segment.CLOSED or self._audio_ended()) and self._lifecycle.takes_frames
+            and self._carry is None and not self.has_chunk()
+        )
+
+    def has_pending(self) -> bool:
+        """Frames or VAD output that wait for the next ``decode()`` (after a ``reset()``)."""
+        waiting = self._carry is not None and self._lifecycle.takes_frames
+        return not self._lifecycle.is_terminal and (waiting or (bool(self._events) and self._audio_segment is not Segment.CLOSED))
+
+    def next_chunk(self) -> torch.Tensor:
+        """(span, F) features of the next chunk (held until :meth:`take_step` commits it)."""
+        return self._queue.head(self._rec.chunk_span)
+
+    def take_step(self, encoder_state, enc_out: torch.Tensor, log_probs: torch.Tensor) -> None:
+        """Commit the chunk of :meth:`next_chunk` as encoded: the encoder's new state and its C frames,
+        enc_out (C, D) and log_probs (C, V) (clones: a view would keep the whole batch alive)."""
+        first = self._encoder_frame()
+        self._queue.drop(self._rec.chunk_step)  # the frames no later chunk needs
+        self.encoder_state = encoder_state
+        try:
+            self._consume(enc_out, log_probs, first)
+        except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
+            self.fail(err)
+
+    def take_carry(self) -> bool:
+        """Start the utterance with the frames past the last endpoint's split point; whether there were any."""
+        carry = self._carry
+        if carry is None or not self._lifecycle.takes_frames:
+            return False
+        self._carry = None
+        try:
+            self._consume(carry.enc_out, carry.log_probs, carry.first_frame + carry.start)
+        except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
+            self.fail(err)
+        return True
+
+    def flush(self) -> None:
+        """Encode the last partial chunk (end of the audio or of a VAD segment) and make the final result."""
+        try:
+            self._flush()
+        except Exception as err:  # noqa: BLE001 - one stream's failure must not stop the others
+            self.fail(err)
+
+    def fail(self, err: Exception) -> None:
+        """Stop decoding this stream for good; ``error`` says why (the others go on)."""
+        with self._lock:
+            self.error = f"{type(err).__name__}: {err}"
+            self._inbox, self._inbox_samples = [], 0  # free what it will never decode
+        self._move(StreamState.FAILED)
+        self._queue.clear()
+        self._events.clear()
+        self._event_samples = 0
+        if not isinstance(err, TooLongForTable):  # an expected limit needs no traceback in the log
+            log.error("stream failed", exc_info=err)
+
     # ---- internals (decoding thread) -----------------------------------------
+
+    def _move(self, target: StreamState) -> None:
+        self._lifecycle = move(self._lifecycle, target)
 
     @property
     def _feats(self) -> torch.Tensor | None:
@@ -262,87 +367,35 @@ class Stream:
 
     def _encoder_frame(self) -> int:
         """Segment frame of the next frame the encoder emits."""
-        return self._origin_frames + self._rec.chunk_encoder.time(self._state)
+        return self._origin_frames + self._rec.chunk_encoder.time(self.encoder_state)
 
     def _restart_encoder(self, origin_frames: int) -> None:
-        self._state = self._rec.chunk_encoder.init_state()
+        self.encoder_state = self._rec.chunk_encoder.init_state()
         self._origin_frames = origin_frames
         self._encoder_flushed = False
 
-    def _pull_audio(self) -> None:
-        with self._lock:
-            pieces, self._inbox, self._inbox_samples = self._inbox, [], 0
-            finished = self._input_finished
-        if self._vad is None:
-            if pieces:
-                self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
-        else:
-            events = self._vad.accept(torch.cat(pieces)) if pieces else []
-            if finished and not self._vad_finished:
-                self._vad_finished = True
-                events += self._vad.finish()
-            self._events.extend(events)
-            self._event_samples += sum(e.samples.numel() for e in events if isinstance(e, Speech))
-            self._take_events()
-            finished = finished and not self._events
-        if finished and not self._frontend_finished:  # the last frames (snip_edges=False) may complete whole chunks
-            self._frontend_finished = True
-            if not self._segment_closed:  # a closed segment's frontend was finished when it closed
-                self._queue.add(self._frontend.fbank.finish())
-
     def _take_events(self) -> None:
         """Feed the VAD's output to the frontend up to the end of the current segment."""
-        while self._events and not self._segment_closed:
+        while self._events and self._audio_segment is not Segment.CLOSED:
             event = self._events.popleft()
             if isinstance(event, SpeechEnd):
                 self._queue.add(self._frontend.fbank.finish())
-                self._segment_closed = True
+                self._audio_segment = Segment.CLOSED
                 continue
-            if not self._segment_opened:
+            if self._audio_segment is Segment.WAITING:
                 self._segment_start_s = event.start / SAMPLE_RATE
-                self._segment_opened = True
+                self._audio_segment = Segment.OPEN
             self._queue.add(self._frontend.fbank.accept(event.samples))
             self._event_samples -= event.samples.numel()
 
-    def _has_chunk(self) -> bool:
-        return (
-            self.error is None and self._final is None and self._carry is None
-            and len(self._queue) >= self._rec.chunk_span
-        )
+    def _set_audio_end(self, step: AudioEnd) -> AudioEnd:
+        with self._lock:
+            self._audio_end = step
+        return step
 
     def _audio_ended(self) -> bool:
         with self._lock:
-            return self._input_finished and not self._inbox and self._frontend_finished
-
-    def _needs_flush(self) -> bool:
-        return (
-            (self._segment_closed or self._audio_ended()) and self.error is None and self._final is None
-            and self._carry is None and not self._done and not self._has_chunk()
-        )
-
-    def _has_pending(self) -> bool:
-        """Frames or VAD output that wait for the next ``decode()`` (after a ``reset()``)."""
-        waiting = self._carry is not None and self._final is None
-        return self.error is None and (waiting or (bool(self._events) and not self._segment_closed))
-
-    def _next_chunk(self) -> torch.Tensor:
-        """(span, F) features of the next chunk (still held until ``_drop_chunk``)."""
-        return self._queue.head(self._rec.chunk_span)
-
-    def _drop_chunk(self) -> None:
-        """The chunk was encoded: drop the frames no later chunk needs."""
-        self._queue.drop(self._rec.chunk_step)
-
-    def _fail(self, err: Exception) -> None:
-        """Stop decoding this stream for good; ``error`` says why (the others go on)."""
-        with self._lock:
-            self.error = f"{type(err).__name__}: {err}"
-            self._inbox, self._inbox_samples = [], 0  # free what it will never decode
-        self._queue.clear()
-        self._events.clear()
-        self._event_samples = 0
-        if not isinstance(err, TooLongForTable):  # an expected limit needs no traceback in the log
-            log.error("stream failed", exc_info=err)
+            return self._audio_end is AudioEnd.FRONTEND_FLUSHED and not self._inbox
 
     def _consume(self, enc_out: torch.Tensor, log_probs: torch.Tensor, first_frame: int) -> None:
         """Decode c new frames: enc_out (c, D), log_probs (c, V); the first is segment frame ``first_frame``.
@@ -358,19 +411,8 @@ class Stream:
         self._utt.log_probs.append(log_probs)
         self._search.advance(log_probs)
         if start is not None:
-            self._final = self._rec._final_result(self)
-
-    def _take_carry(self) -> bool:
-        """Start the utterance with the frames past the last endpoint's split point; whether there were any."""
-        carry = self._carry
-        if carry is None or self._final is not None or self.error is not None:
-            return False
-        self._carry = None
-        try:
-            self._consume(carry.enc_out, carry.log_probs, carry.first_frame + carry.start)
-        except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
-            self._fail(err)
-        return True
+            self._final = self._final_result()
+            self._move(StreamState.ENDPOINT)
 
     def _flush(self) -> None:
         """Encode the last partial chunk (end of the audio or of a VAD segment) and make the final result."""
@@ -380,14 +422,40 @@ class Stream:
             if len(self._queue):
                 self._queue.drop(len(self._queue))
             first = self._encoder_frame()
-            out = rec.chunk_encoder.flush(feats[None].to(rec.device), self._state)
+            out = rec.chunk_encoder.flush(feats[None].to(rec.device), self.encoder_state)
             self._encoder_flushed = True
             if out.size(1) > 0:
                 self._consume(out[0], rec.model.ctc_log_probs(out)[0], first)
-        if self._final is None:  # the flushed frames may themselves have ended at an endpoint
-            self._final = rec._final_result(self)
+        if self._lifecycle is StreamState.DECODING:  # the flushed frames may themselves have ended at an endpoint
+            self._final = self._final_result()
+            self._move(StreamState.ENDPOINT)
         # Done at the end of the audio, unless an endpoint left frames for another utterance.
-        self._done = self._audio_ended() and self._split is None
+        if self._audio_ended() and self._split is None:
+            self._move(StreamState.DONE)
+
+    def _final_result(self) -> Result:
+        """Rescore the utterance's CTC n-best and time its words."""
+        rec, utt = self._rec, self._utt
+        origin = self._segment_start_s  # stream time of the audio segment's frame 0 (a VAD drops audio)
+        span = (origin + utt.start_frame * rec.frame_s, origin + (utt.start_frame + utt.frames) * rec.frame_s)
+        nbest = self._search.nbest()
+        if not nbest or utt.frames == 0:
+            return Result([Hypothesis("", ())], True, self._utterance, span)
+        if rec.model.decoder is not None:
+            enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
+            opts = rec.options
+            scores = rescoring_scores(rec.model, enc_out, enc_out.size(1), nbest, opts.ctc_weight,
+                                      opts.reverse_weight, self._fusion, self.biasing.graph if self.biasing else None,
+                                      opts.hotword_rescore_weight)
+            order = scores.argsort(descending=True).tolist()
+            nbest = [nbest[i] for i in order]
+        log_probs = torch.cat(utt.log_probs)  # (T', V)
+        hyps = []
+        for tokens, _ in nbest:
+            spans = ctc_align(log_probs, tokens, rec.model.blank_id)
+            words = word_times([rec.word_piece(t) for t in tokens], spans, rec.frame_s, span[0])
+            hyps.append(Hypothesis(rec.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
+        return Result(hyps, True, self._utterance, span)
 
 
 class MultiStreamRecognizer:
@@ -454,7 +522,7 @@ class MultiStreamRecognizer:
         self.vad_model = SileroVad() if vad is not None else None  # one session; each stream has its own state
         self.streams: list[Stream] = []
         self._streams_lock = threading.Lock()  # streams come and go from other threads (server connections)
-        self.batch_sizes: list[int] = []  # of every batched step, for benchmarks
+        self.batch_sizes = BatchSizeHistogram()  # steps per batch size, for benchmarks (bounded by max_batch)
         self.hotwords = as_entries(hotwords)
         self._compiler: HotwordCompiler | None = None  # made with the first list (it reads the tokenizer's pieces)
         self._own_biasing: Biasing | None = None
@@ -483,6 +551,10 @@ class MultiStreamRecognizer:
                                              unbiased_keep=self.options.hotword_unbiased_keep)
         return self._compiler.compile(entries)
 
+    def cached_hotword_lists(self) -> tuple[int, int]:
+        """(lists, graph states) the hotword cache holds now (bounded by its size and states)."""
+        return self._compiler.cached if self._compiler is not None else (0, 0)
+
     def create_stream(self, hotwords=None) -> Stream:
         """A new stream, biased towards the recognizer's hotwords and its own ``hotwords`` (any thread).
 
@@ -502,7 +574,7 @@ class MultiStreamRecognizer:
     def has_work(self) -> bool:
         """Some stream has a whole chunk, a finished input to flush or frames and VAD output that wait for
         the next round (after its queued audio is pulled)."""
-        return any(s._has_chunk() or s._needs_flush() or s._has_pending() for s in self._snapshot())
+        return any(s.has_chunk() or s.needs_flush() or s.has_pending() for s in self._snapshot())
 
     def _snapshot(self) -> list[Stream]:
         with self._streams_lock:
@@ -515,22 +587,19 @@ class MultiStreamRecognizer:
         changed: list[Stream] = []
         for stream in streams:
             stream.new_frames = 0
-            stream._pull_audio()
-            if stream._take_carry():
+            stream.pull_audio()
+            if stream.take_carry():
                 changed.append(stream)
         while True:
-            ready = [s for s in streams if s._has_chunk()]
+            ready = [s for s in streams if s.has_chunk()]
             if not ready:
                 break
             for start in range(0, len(ready), self.max_batch):
                 self._step_isolated(ready[start : start + self.max_batch])
             changed += [s for s in ready if s not in changed]
         for stream in streams:
-            if stream._needs_flush():
-                try:
-                    stream._flush()
-                except Exception as err:  # noqa: BLE001 - one stream's failure must not stop the others
-                    stream._fail(err)
+            if stream.needs_flush():
+                stream.flush()
                 if stream not in changed:
                     changed.append(stream)
         return changed
@@ -542,7 +611,7 @@ class MultiStreamRecognizer:
             return
         except Exception as err:  # noqa: BLE001
             if len(streams) == 1:
-                streams[0]._fail(err)
+                streams[0].fail(err)
                 return
         # The failed batch changed no stream (states and chunks are only committed after the step).
         for stream in streams:
@@ -554,50 +623,16 @@ class MultiStreamRecognizer:
         Nothing of a stream changes before the batched step has succeeded, so a
         batch that raises can be rerun stream by stream.
         """
-        feats = torch.stack([s._next_chunk() for s in streams]).to(self.device)  # (B, span, F)
-        out, states = self.chunk_encoder.step(feats, [s._state for s in streams])  # (B, C, D)
+        feats = torch.stack([s.next_chunk() for s in streams]).to(self.device)  # (B, span, F)
+        out, states = self.chunk_encoder.step(feats, [s.encoder_state for s in streams])  # (B, C, D)
         log_probs = self.model.ctc_log_probs(out)  # (B, C, V)
-        self.batch_sizes.append(len(streams))
+        self.batch_sizes.add(len(streams))
         for row, (stream, row_state) in enumerate(zip(streams, states)):
-            first = stream._encoder_frame()
-            stream._drop_chunk()
-            stream._state = row_state
-            try:
-                # Clones: a view would keep the whole (B, C, *) batch alive for the utterance.
-                stream._consume(out[row].clone(), log_probs[row].clone(), first)
-            except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
-                stream._fail(err)
+            stream.take_step(row_state, out[row].clone(), log_probs[row].clone())
 
-    def _word_piece(self, token: int) -> str:
+    def word_piece(self, token: int) -> str:
         """The token's piece for word grouping; "" for specials the tokenizer leaves out of text (<unk>)."""
         piece = self.tokenizer.id_to_piece(token)
         if piece.strip(WORD_START) and not self.tokenizer.decode([token]):
             return ""
         return piece
-
-    def _final_result(self, stream: Stream) -> Result:
-        """Rescore the utterance's CTC n-best and time its words."""
-        utt = stream._utt
-        origin = stream._segment_start_s  # stream time of the audio segment's frame 0 (a VAD drops audio)
-        span = (origin + utt.start_frame * self.frame_s, origin + (utt.start_frame + utt.frames) * self.frame_s)
-        nbest = stream._search.nbest()
-        if not nbest or utt.frames == 0:
-            return Result([Hypothesis("", ())], True, stream._segment, span)
-        if self.model.decoder is not None:
-            enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
-            biasing = stream.biasing
-            opts = self.options
-            scores = rescoring_scores(self.model, enc_out, enc_out.size(1), nbest, opts.ctc_weight,
-                                      opts.reverse_weight, stream._fusion, biasing.graph if biasing else None,
-                                      opts.hotword_rescore_weight)
-            order = scores.argsort(descending=True).tolist()
-            nbest = [nbest[i] for i in order]
-        log_probs = torch.cat(utt.log_probs)  # (T', V)
-        offset_s = span[0]
-        hyps = []
-        for tokens, _ in nbest:
-            spans = ctc_align(log_probs, tokens, self.model.blank_id)
-            pieces = [self._word_piece(t) for t in tokens]
-            words = word_times(pieces, spans, self.frame_s, offset_s)
-            hyps.append(Hypothesis(self.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
-        return Result(hyps, True, stream._segment, span)

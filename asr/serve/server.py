@@ -20,6 +20,10 @@ a hotword list not compiled within ``hotword_compile_s``, no message for ``idle_
 ``max_connections`` or over ``max_connections_per_client`` from one address (code 1013). A client
 that disconnects mid-utterance just has its stream removed.
 
+A WebSocket handshake from a web page of another origin than the server's own (or those of
+``ServerConfig.allowed_origins``) is refused with HTTP 403 (:mod:`asr.serve.origin`); clients that send
+no ``Origin`` header (Wenet's, any program) are not browsers and connect as before.
+
 A client may declare the rate of its PCM in the URL (``ws://host:port/?sample_rate=16000``, as
 the page does); a rate other than the model's gets a ``failed`` reply and a close (1008)
 instead of being decoded as if it were the model's. With ``ServerConfig.web`` the same
@@ -45,7 +49,8 @@ from websockets.exceptions import ConnectionClosed
 from asr.decode.hotwords import DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, HotwordError, HotwordLimits
 from urllib.parse import parse_qs, urlsplit
 
-from asr.serve.pages import StaticPages
+from asr.serve.origin import OriginPolicy, is_loopback
+from asr.serve.pages import StaticPages, is_websocket_upgrade
 from asr.serve.protocol import (
     End,
     ProtocolError,
@@ -85,6 +90,9 @@ class ServerConfig:
     # Behind a reverse proxy every client has the proxy's address: raise this to max_connections there.
     max_connections_per_client: int = 8
     hotword_compile_s: float = 10.0  # a start message's own list compiled within this, its wait included
+    # Web origins whose pages may connect besides the server's own ("*": any); handshakes without an
+    # Origin header (programs, not browsers) always may (asr.serve.origin).
+    allowed_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.max_connections < 1 or self.max_frame_bytes < 2 or self.max_nbest < 1 or self.max_queued_replies < 1
@@ -94,6 +102,7 @@ class ServerConfig:
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be a finite number > 0.")
         HotwordLimits(self.max_hotwords, self.max_hotword_chars)  # validates them
+        OriginPolicy(self.allowed_origins)  # validates them
 
 
 def _declared_rate_error(path: str, expected: int) -> str | None:
@@ -146,6 +155,9 @@ class AsrServer:
         self.rejected_connections = 0
         self.unread_closed = 0  # connections closed because their reply queue was full (not read)
         self.idle_closed = 0  # connections closed for sending nothing within idle_timeout_s
+        self.origin_refused = 0  # handshakes refused for coming from another web origin
+        self._pages: StaticPages | None = None
+        self._origins: OriginPolicy | None = None
 
     @property
     def port(self) -> int:
@@ -153,10 +165,11 @@ class AsrServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> AsrServer:
-        pages = StaticPages(self.recognizer.sample_rate) if self.config.web else None
+        self._pages = StaticPages(self.recognizer.sample_rate) if self.config.web else None
+        self._origins = OriginPolicy(self.config.allowed_origins, loopback_only=is_loopback(self.config.host))
         self._server = await serve(
             self._handle, self.config.host, self.config.port, max_size=self.config.max_frame_bytes,
-            close_timeout=self.config.close_timeout_s, process_request=pages and pages.process_request,
+            close_timeout=self.config.close_timeout_s, process_request=self._process_request,
         )
         self._decoder = asyncio.create_task(self._decode_loop())
         return self
@@ -177,7 +190,23 @@ class AsrServer:
     async def serve_forever(self) -> None:
         await self._server.serve_forever()
 
+    def open_counts(self) -> dict[str, int]:
+        """What the server holds for open connections (each 0 once they all closed): for soak tests."""
+        return {"open connections": self._connections, "sessions": len(self._sessions),
+                "client addresses": len(self._per_client)}
+
     # ---- connections -----------------------------------------------------------
+
+    def _process_request(self, connection, request):
+        """Before a handshake: a page from another origin gets 403; plain HTTP GETs get the page (``web``)."""
+        if is_websocket_upgrade(request):
+            refused = self._origins.process_request(connection, request)
+            if refused is not None:
+                self.origin_refused += 1
+                log.warning("refused a WebSocket handshake from origin %r", request.headers.get("Origin"))
+            return refused
+        return self._pages.process_request(connection, request) if self._pages is not None else None
+
 
     async def _handle(self, ws: ServerConnection) -> None:
         config = self.config

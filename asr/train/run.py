@@ -28,12 +28,13 @@ from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.compile import CompileConfig
-from asr.train.checkpoint_file import CheckpointError
+from asr.train.checkpoint_file import CheckpointError, check_file
 from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group,
                               repository_conf_dir)
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
+from asr.train.resume import AtomicCheckpointIO, newest_resumable, remove_interrupted_writes, set_aside
 from asr.train.schedule import check_schedule
 
 
@@ -57,18 +58,46 @@ def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.
 
 
 def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str | None:
-    """The checkpoint to resume from: explicit ``ckpt_path``, else ``last.ckpt`` of the
-    run folder when ``resume`` is set and it exists (a fresh start otherwise)."""
+    """The checkpoint to resume from: explicit ``ckpt_path`` (checked whole), else with ``resume`` the
+    newest whole training checkpoint of the run folder (:func:`asr.train.resume.newest_resumable`:
+    ``last.ckpt`` unless a kill or a full disk cut it short), said in a line; None for a fresh start.
+
+    Raises ``CheckpointError`` (one line) for an explicit file that is not whole, or a run folder whose
+    checkpoints are none of them usable.
+    """
     if ckpt_path:
         if not Path(ckpt_path).is_file():
             raise FileNotFoundError(f"ckpt_path {ckpt_path!r} does not exist.")
+        check_file(ckpt_path)
         return str(ckpt_path)
-    last = out_dir / "checkpoints" / "last.ckpt"
-    if resume and last.is_file():
-        return str(last)
-    if resume:
-        print(f"resume=true but {last} does not exist: starting from scratch.")
-    return None
+    if not resume:
+        return None
+    folder = out_dir / "checkpoints"
+    for stale in remove_interrupted_writes(folder):
+        print(f"resume: removed {stale} (a checkpoint write that was interrupted)")
+    point = newest_resumable(folder)
+    if point is None:
+        print(f"resume=true but {folder} holds no checkpoint: starting from scratch.")
+        return None
+    print("\n".join(point.lines()))
+    for damaged, aside in zip(point.damaged, set_aside(point.damaged)):
+        print(f"resume: moved {damaged} aside to {aside.name} (the run writes its checkpoints afresh)")
+    return str(point.path)
+
+
+def fit_validation_to_steps(trainer_cfg: DictConfig) -> str | None:
+    """Validate at the last step of a run shorter than its validation interval (a line says so).
+
+    With ``check_val_every_n_epoch: null`` an integer ``val_check_interval`` counts optimizer steps;
+    a run of fewer ``max_steps`` would never validate and so never write a best checkpoint.
+    """
+    interval, max_steps = trainer_cfg.get("val_check_interval"), trainer_cfg.get("max_steps", -1)
+    steps_based = trainer_cfg.get("check_val_every_n_epoch") is None and isinstance(interval, int)
+    if not steps_based or max_steps is None or not 0 < max_steps < interval:
+        return None
+    trainer_cfg.val_check_interval = max_steps
+    return (f"trainer.val_check_interval ({interval}) is longer than trainer.max_steps ({max_steps}): validating "
+            f"(and checkpointing) at step {max_steps}")
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -223,18 +252,23 @@ def train(cfg: DictConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     check_schedule(from_group(SchedulerConfig, cfg.optim.scheduler), cfg.trainer.get("max_steps", -1))
+    # Before anything is built: a run folder with nothing usable to resume from is refused at once.
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
     finetune_from = finetune_start(cfg)
     features = finetune_from[1].features if finetune_from is not None else run_features(cfg)
     callbacks = _instantiate_all(cfg.get("callbacks"))
     loggers = _instantiate_all(cfg.get("logger"))
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer_cfg = cfg.trainer.copy()
+    if (fitted := fit_validation_to_steps(trainer_cfg)) is not None:
+        print(fitted)
+    trainer: pl.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False,
+                                      plugins=[AtomicCheckpointIO()])
     # The Trainer knows this process's rank already (DDP children are started with
     # LOCAL_RANK/NODE_RANK set), so the data module can shard its samplers from the start.
     datamodule = instantiate(cfg.data, world_size=trainer.world_size, rank=trainer.global_rank,
                              features=features.to_dict())
     module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path, finetune_from)
 
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
     best_path, best_score = _best_checkpoint(trainer)

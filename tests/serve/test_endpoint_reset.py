@@ -41,7 +41,7 @@ class ScriptedCtc:
     def __call__(self, out: torch.Tensor) -> torch.Tensor:
         # The chunk's first frame: a whole chunk's new state replaces the stream's after this call; the
         # last partial chunk's flush has already moved the state's clock past its frames.
-        flushed = getattr(self.stream._state, "finished", False)  # an ONNX state is never flushed in place
+        flushed = getattr(self.stream.encoder_state, "finished", False)  # an ONNX state is never flushed in place
         first = self.stream._encoder_frame() - (out.size(1) if flushed else 0)
         lp = torch.full((1, out.size(1), self.vocab), -8.0)
         for i in range(out.size(1)):
@@ -130,7 +130,7 @@ def utterances(rec, stream, wave):
         if stream.is_endpoint():
             frames.append(torch.cat(stream._utt.enc_out))
         else:
-            states.append(copy.deepcopy(stream._state))
+            states.append(copy.deepcopy(stream.encoder_state))
 
     run(rec, stream, wave, on_endpoint=look)
     return frames, states

@@ -59,7 +59,7 @@ def test_interleaved_streams_equal_each_stream_alone(model, tokenizer):
         if all(s.is_done() for s in streams):
             break
     assert all(s.is_done() for s in streams)
-    assert max(rec.batch_sizes) == len(streams)
+    assert rec.batch_sizes.largest == len(streams)
     extractor = FbankExtractor()
     for wave, stream in zip(waves, streams):
         feats = extractor(wave)[None]  # (1, T, F)
@@ -172,8 +172,8 @@ def test_max_utterance_rule_splits_continuous_speech(model, tokenizer):
     assert first and second
     assert first[-1].end <= 2.08 + 1e-6 and second[0].start >= 2.08 - 1e-6 and second[-1].end <= 4.16 + 1e-6
     # The encoder state went on: 5 s of audio gave all its frames, bounded memory.
-    assert stream._state.time == model.encoder.output_length(FbankExtractor().num_frames(5 * SAMPLE_RATE))
-    assert max(layer.cached_frames for layer in stream._state.layers) <= LEFT * C
+    assert stream.encoder_state.time == model.encoder.output_length(FbankExtractor().num_frames(5 * SAMPLE_RATE))
+    assert max(layer.cached_frames for layer in stream.encoder_state.layers) <= LEFT * C
 
 
 def test_bad_input_is_rejected(model, tokenizer):
@@ -198,7 +198,7 @@ def assert_serves_its_chunked_forward(changed, model, tokenizer, waves: list[tor
     rec = MultiStreamRecognizer(changed, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=3),
                                 endpoint=NO_ENDPOINT)
     streams = serve_whole(rec, waves)
-    assert max(rec.batch_sizes) == len(streams)
+    assert rec.batch_sizes.largest == len(streams)
     extractor = FbankExtractor()
     for wave, stream in zip(waves, streams):
         feats = extractor(wave)[None]  # (1, T, F)

@@ -53,21 +53,21 @@ def test_a_failing_stream_leaves_the_others_of_its_batch_alone(short_table_model
             short.accept_waveform(SAMPLE_RATE, short_wave[at : at + piece])
             if at + piece >= short_wave.numel():
                 short.finish()
-        batches_before = len(rec.batch_sizes)
+        before = rec.batch_sizes.counts.copy()
         rec.decode()
         if long.error is not None and failed_in_round is None:
             failed_in_round = round_
             # The failing round still decoded the short stream (rerun alone after the batch of two raised).
             assert short.new_frames > 0 and not short.is_done()
-            assert rec.batch_sizes[batches_before:] == [1]
+            assert rec.batch_sizes.counts - before == {1: 1}
         if short.is_done() and long.error is not None:
             break
     assert failed_in_round is not None and failed_in_round < short_joins + 12
     assert long.error.startswith("TooLongForTable") and f"max_len={MAX_LEN}" in long.error
-    assert long._feats is None and not long._has_chunk()  # nothing more is kept or decoded for it
+    assert long._feats is None and not long.has_chunk()  # nothing more is kept or decoded for it
     with pytest.raises(ValueError, match="this stream failed"):
         long.accept_waveform(SAMPLE_RATE, short_wave)
-    assert 2 in rec.batch_sizes  # the two streams did share batched steps before the failure
+    assert rec.batch_sizes.counts[2] > 0  # the two streams did share batched steps before the failure
 
     alone = decode_alone(short_table_model, tokenizer, short_wave)
     assert short.error is None and short.is_done()

@@ -139,16 +139,20 @@ def test_averaging_needs_an_output_for_explicit_checkpoints_and_something_to_ave
 
 
 def test_resume_flag_picks_last_checkpoint(tmp_path):
+    from asr.train.checkpoint_file import CheckpointError
+    from asr.train.resume import write_atomically
     from asr.train.run import resolve_ckpt_path
 
     assert resolve_ckpt_path(None, True, tmp_path) is None  # nothing to resume yet
-    last = tmp_path / "checkpoints" / "last.ckpt"
-    last.parent.mkdir()
-    last.write_bytes(b"x")
+    last = write_atomically({"global_step": 4, "optimizer_states": [], "loops": {}, "state_dict": {}},
+                            tmp_path / "checkpoints" / "last.ckpt")
     assert resolve_ckpt_path(None, True, tmp_path) == str(last)
     assert resolve_ckpt_path(None, False, tmp_path) is None
     with pytest.raises(FileNotFoundError, match="nope.ckpt"):
         resolve_ckpt_path(str(tmp_path / "nope.ckpt"), False, tmp_path)
+    last.write_bytes(last.read_bytes()[:100])  # an explicit checkpoint cut short: one line, before anything runs
+    with pytest.raises(CheckpointError, match="last.ckpt' is truncated or damaged"):
+        resolve_ckpt_path(str(last), False, tmp_path)
 
 
 def test_the_configs_are_found_beside_the_package_and_named_when_missing(tmp_path, monkeypatch):
