@@ -228,7 +228,9 @@ class ConformerEncoder(nn.Module):
         self._check_feats(feats)
         if lengths.shape != (feats.size(0),):
             raise ValueError(f"lengths {tuple(lengths.shape)} must be ({feats.size(0)},) for feats {tuple(feats.shape)}.")
-        if tracing():  # no host read inside a compiled graph: the kernel checks it as it runs
+        if tracing() or torch.is_grad_enabled():
+            # No host read inside a compiled graph or a training step (it would stall the launch queue
+            # until the device caught up): the kernel checks the lengths as it runs.
             torch._assert_async((lengths <= feats.size(1)).all(), "lengths exceed the feature length")
         elif not lengths.is_meta and lengths.numel() and int(lengths.max()) > feats.size(1):  # meta: no values
             raise ValueError(f"lengths max ({int(lengths.max())}) exceeds the feature length ({feats.size(1)}).")
