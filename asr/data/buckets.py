@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 
 from asr.data.batch import Batch
 
@@ -61,3 +61,16 @@ def geometric_buckets(min_frames: int, max_frames: int, count: int) -> tuple[int
     ratio = (max_frames / min_frames) ** (1 / (count - 1))
     lengths = {-(-round(min_frames * ratio**i) // 8) * 8 for i in range(count - 1)} | {-(-max_frames // 8) * 8}
     return tuple(sorted(lengths))
+
+
+class BucketPadded(Dataset):
+    """``dataset``'s items, (Batch, ...) tuples, with each Batch padded by :func:`pad_to_buckets`."""
+
+    def __init__(self, dataset: Dataset, frame_buckets: Sequence[int], token_multiple: int = 1) -> None:
+        self.dataset = dataset
+        self.frame_buckets = check_buckets(frame_buckets, token_multiple)
+        self.token_multiple = token_multiple
+
+    def __getitem__(self, key):
+        batch, *rest = self.dataset[key]
+        return (pad_to_buckets(batch, self.frame_buckets, self.token_multiple), *rest)
