@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--contenders", default=",".join(CONTENDERS), help=f"comma-separated, of {', '.join(CONTENDERS)}")
-    p.add_argument("--size", choices=tuple(SIZES), default="small", help="tiny (a check that it runs), small (CPU) or librispeech (d=256, 12 blocks)")
+    p.add_argument("--size", choices=tuple(SIZES), default="small",
+                   help="tiny (a check that it runs), small (CPU) or librispeech (d=256, 12 blocks)")
     p.add_argument("--wenet-src", type=Path, default=None, help="folder holding Wenet's wenet/ package")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--precision", choices=("32", "bf16"), default="32", help="bf16: autocast, as bf16-mixed")

@@ -94,7 +94,8 @@ def build_ours_encoder(size: PeerSize, chunk: int) -> Contender:
 
     enc = build_encoder("rel_xl", input_dim=size.input_dim, d_model=size.d_model, num_heads=size.heads,
                         num_layers=size.layers, ffn_dim=size.ffn_dim, conv_kernel=size.kernel, causal=True)
-    return Contender("ours_encoder", enc, lambda b: enc(b.feats, b.feat_lens, chunk_size=chunk)[0].float().square().mean())
+    return Contender("ours_encoder", enc,
+                     lambda b: enc(b.feats, b.feat_lens, chunk_size=chunk)[0].float().square().mean())
 
 
 def import_wenet_source(src: Path) -> None:
@@ -214,7 +215,7 @@ def gpu_busy_share(contender: Contender, batches: list[Batch], autocast: torch.d
             fwd_bwd(contender, batch, autocast)
         _sync(device)
         wall = time.perf_counter() - t0
-    kernel_us = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
     return kernel_us / 1e6 / wall
 
 

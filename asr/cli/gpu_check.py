@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"the short plan for one command on a lent device "
                              f"({LEASE_BUDGET_MINUTES:g}-minute budget)")
     parser.add_argument("--tiny", action="store_true",
-                        help="with --lease: the same plan on the CPU with tiny sizes (checks it runs; measures nothing)")
+                        help="with --lease: the same plan on the CPU with tiny sizes "
+                             "(checks that it runs; measures nothing)")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="stop starting steps when this much time is spent; a running step is cut at it "
                              f"(default: none; {LEASE_BUDGET_MINUTES:g} with --lease)")

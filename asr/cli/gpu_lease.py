@@ -15,7 +15,7 @@ whichever comes first, so a slow step cannot eat the lease. Steps, in order:
   peers        scripts/bench_peers.py: ours beside Wenet's ASRModel and ESPnet's encoder at equal
                size on the same batches (audio seconds per second, peak memory, GPU busy share);
   lookahead    the same model's eager step with chunk lookahead r = 4 and r = 0 (chunked batches only);
-  sync         the training step under ``torch.cuda.set_sync_debug_mode("error")``;
+  sync         the training step under ``torch.cuda.set_sync_debug_mode``: no sync but ATen's CTC;
   quickstart   the quickstart recipe trained on one GPU, only where its corpus exists (it does not
                travel to a lent device: 1 GB), in what is left of the budget.
 
@@ -102,7 +102,8 @@ def lease_plan(out: Path, tiny: bool = False) -> list[Step]:
         Step("peers", "ours beside Wenet's ASRModel and ESPnet's encoder at equal size, same batches",
              (peers,), cap(80)),
         Step("lookahead", "chunked steps with chunk lookahead r = 0, then r = 4", lookahead, cap(60)),
-        Step("sync", "the training step under torch.cuda.set_sync_debug_mode('error')", (sync,), cap(30)),
+        Step("sync", "the training step under torch.cuda.set_sync_debug_mode: no sync but ATen's CTC", (sync,),
+             cap(30)),
         Step("quickstart", "the quickstart recipe on one GPU (fp32: its small model steps faster so)",
              (quickstart,), cap(540), requires=QUICKSTART_DATA if not tiny else "data/no_corpus_in_the_tiny_plan"),
     ]

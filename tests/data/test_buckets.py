@@ -13,7 +13,8 @@ def _batch(frames: int, tokens: int) -> Batch:
     token_lens = torch.tensor([tokens, 1])
     feats = torch.randn(2, frames, 4, generator=g)
     feats[1, frames - 3:] = 0
-    toks = torch.randint(1, 9, (2, tokens), generator=g).masked_fill(torch.arange(tokens)[None] >= token_lens[:, None], -1)
+    toks = torch.randint(1, 9, (2, tokens), generator=g)
+    toks = toks.masked_fill(torch.arange(tokens)[None] >= token_lens[:, None], -1)
     return Batch(feats, feat_lens, toks, token_lens, ["a", "b"], ["x", "y"])
 
 
