@@ -107,11 +107,11 @@ def run_train_step_bench(bench: TrainStepBench) -> None:
                 frames = [round(s * FRAMES_PER_SECOND) for s in SYNTHETIC_SECONDS]
                 buckets = geometric_buckets(*frames, bench.pad_buckets)
                 batches = [pad_to_buckets(b, buckets, token_multiple=8) for b in batches]
-                data += f", frames padded to {list(buckets)}, tokens to a multiple of 8"
+                print(f"frames padded to {list(buckets)}, tokens to a multiple of 8", flush=True)
         else:
             batches = take(datamodule.train_dataloader(), bench.steps)
         autocast = torch.bfloat16 if bench.precision == "bf16" else None
         results = compare_steps(cfg, module, batches, bench.compare.split(","), bench.warmup, bench.loss_every,
                                 autocast, log=print if bench.log_steps else None)
-        print(f"\n{bench.steps} batches ({data}), {bench.warmup} warm-up steps per variant, interleaved\n"
+        print(f"\n{bench.steps} batches, {bench.warmup} warm-up steps per variant, interleaved\n"
               f"{comparison_table(results)}")
