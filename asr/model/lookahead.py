@@ -16,8 +16,8 @@ frames, both of which exist for every frame once the layer's attention has run. 
 * first feed-forward on both (per frame), keys and values of the main stream, and each chunk's
   window (B*N, W, D) gathered from both, attending to its window and M cached main-stream frames
   (times contiguous: queries are the last W of the M + W keys, as in a stream);
-* the windows' post-attention states scattered back, so that each window's conv sees the main
-  stream's kernel-1 frames before it (prepended and dropped after the conv);
+* the windows' post-attention states gathered back into the main stream, whose conv inputs give
+  each window's conv its left context (kernel-1 frames before the window, as a stream's cache);
 * the last feed-forward and norm per frame, and the streams taken apart again.
 
 The block's own modules do the arithmetic; only the order differs, so dropout aside the result is
@@ -126,16 +126,22 @@ def _block_windows(block: ConformerBlock, main: Tensor, private: Tensor, win: Ch
     mask = valid.reshape(bsz * n, 1, win.cached + width)  # (B*N, 1, M + W)
     a, _ = block.attn(block.norm_attn(windows), mask, cache, times)
     x = windows + block.dropout(a)  # (B*N, W, D)
-    # The conv sees, before each window, the main stream's post-attention frames (zeros before t = 0).
+    # The conv's left context of each window: the causal inputs (ConvModule's ``causal_pad``) of the main
+    # stream's post-attention frames just before it, zeros before t = 0 and past a row's end, as a cache.
     context = block.conv.kernel - 1
-    main_att = torch.cat((x.reshape(bsz, n * width, d)[:, win.own_index], x.new_zeros(bsz, 1, d)), dim=1)
-    before = win.starts[:, None] - context + torch.arange(context, device=main.device)  # (N, ctx)
-    before_valid = (before[None] >= 0) & (before[None] < out_lens[:, None, None])  # (B, N, ctx)
-    prefix = main_att[:, before.masked_fill(before < 0, total)]  # (B, N, ctx, D); index T' is the zero frame
-    ext = torch.cat((prefix.reshape(bsz * n, context, d), x), dim=1)  # (B*N, ctx + W, D)
-    ext_valid = torch.cat((before_valid.reshape(bsz * n, context), mask[:, 0, win.cached:]), dim=1)
-    c, _ = block.conv(block.norm_conv(ext), ext_valid)
-    x = x + block.dropout(c[:, context:])
+    conv_cache = None
+    if context:
+        main_att = x.reshape(bsz, n * width, d)[:, win.own_index]  # (B, T', D)
+        inputs = block.norm_conv(main_att)
+        if block.conv.causal_pad == "depthwise":
+            inputs = nn.functional.glu(block.conv.pointwise_in(inputs), dim=-1)
+        main_valid = torch.arange(total, device=main.device)[None] < out_lens[:, None]  # (B, T')
+        inputs = torch.cat((inputs.masked_fill(~main_valid[..., None], 0.0), inputs.new_zeros(bsz, 1, d)), dim=1)
+        before = win.starts[:, None] - context + torch.arange(context, device=main.device)  # (N, ctx)
+        conv_cache = inputs[:, before.masked_fill(before < 0, total)]  # (B, N, ctx, D); index T': zeros
+        conv_cache = conv_cache.reshape(bsz * n, context, d).transpose(1, 2)  # (B*N, D, ctx)
+    c, _ = block.conv(block.norm_conv(x), mask[:, 0, win.cached:], conv_cache)
+    x = x + block.dropout(c)
     x = x + 0.5 * block.dropout(block.ff_out(block.norm_ff_out(x)))
     x = block.norm_final(x).reshape(bsz, n * width, d)
     return x[:, win.own_index], x[:, win.private_index.reshape(-1)].reshape(bsz, n, lookahead, d)
