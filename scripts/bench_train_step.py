@@ -13,6 +13,8 @@ Usage (from the repository root):
     python scripts/bench_train_step.py --recompiles blocks --epochs 2       # ... and whether a second adds any
     python scripts/bench_train_step.py --compare eager,blocks --synthetic 5000 --device cuda --precision bf16 \
         --steps 60 --warmup 20 experiment=librispeech_u2pp trainer=gpu   # a recipe's model without its corpus
+    python scripts/bench_train_step.py --compare eager,blocks --synthetic 5000 --pad-buckets 4 --log-steps \
+        --device cuda --precision bf16 --steps 16 --warmup 6 experiment=librispeech_u2pp trainer=gpu
     python scripts/bench_train_step.py --help
 
 --compare prints, per variant: the wall time of the warm-up steps (where compiles happen),
@@ -54,6 +56,11 @@ def parse_args(argv: list[str] | None = None) -> TrainStepBench:
     p.add_argument("--precision", choices=PRECISIONS, default="32", help="bf16: autocast as bf16-mixed does")
     p.add_argument("--synthetic", type=int, default=None, metavar="VOCAB",
                    help="--compare on random duration-bucketed batches and a VOCAB-token model: no corpus needed")
+    p.add_argument("--pad-buckets", type=int, default=0, metavar="N",
+                   help="with --synthetic: pad each batch's frames to one of N lengths (tokens to a multiple of 8), "
+                        "as data.frame_buckets does for real batches: N shapes for a compiled step")
+    p.add_argument("--log-steps", action="store_true",
+                   help="--compare: print every step's time as it ends (a run cut short still shows the warm-up)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.data_dir=/data/synth")
     args = p.parse_args(argv)
     try:

@@ -35,7 +35,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from asr.data.batch import Batch
+from asr.bench.synthetic import synthetic_batches  # noqa: F401  (the benchmarks' batches)
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.optim import guard_fused
 from asr.train.run import build_module, run_features
@@ -82,28 +82,6 @@ def build_synthetic(cfg: DictConfig, vocab_size: int):
                                 tokenizer=None, streaming=from_group(StreamingConfig, cfg.streaming), seed=cfg.seed)
     optimizer, scheduler = make_optimizer(cfg, module.model)
     return module, optimizer, scheduler
-
-
-def synthetic_batches(n: int, max_duration: float, vocab_size: int, feat_dim: int, seed: int = 0,
-                      seconds: tuple[float, float] = (2.0, 16.0)) -> list[Batch]:
-    """``n`` batches shaped like duration-bucketed ones: per batch one length (T frames,
-    uniform in ``seconds``), as many utterances as fit ``max_duration``, rows 80-100% of T long,
-    ~3 tokens a second."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        t_sec = seconds[0] + (seconds[1] - seconds[0]) * torch.rand((), generator=g).item()
-        b = max(1, int(max_duration // t_sec))
-        frames = int(t_sec * 100)
-        feat_lens = (frames * (0.8 + 0.2 * torch.rand(b, generator=g))).long().clamp(min=16)
-        feat_lens[0] = frames
-        feats = torch.randn(b, frames, feat_dim, generator=g)
-        u = max(1, int(3 * t_sec))
-        token_lens = torch.randint(max(1, u // 2), u + 1, (b,), generator=g)
-        tokens = torch.randint(1, vocab_size - 1, (b, u), generator=g)
-        tokens = tokens.masked_fill(torch.arange(u)[None] >= token_lens[:, None], -1)
-        out.append(Batch(feats, feat_lens, tokens, token_lens, [f"synthetic-{i}-{j}" for j in range(b)], [""] * b))
-    return out
 
 
 def make_optimizer(cfg: DictConfig, model: torch.nn.Module):
@@ -288,9 +266,10 @@ def _synchronize(device: torch.device) -> None:
 
 
 def compare_steps(cfg: DictConfig, module, batches: Iterable, variants: Iterable[str], warmup: int,
-                  loss_every: int = 50, autocast: torch.dtype | None = None) -> list[VariantStats]:
+                  loss_every: int = 50, autocast: torch.dtype | None = None, log=None) -> list[VariantStats]:
     """Step each variant (a deep copy of ``module``'s model, its own optimizer, the same chunk
-    draws) on every batch in turn; warm-up steps (compiles) are timed apart."""
+    draws) on every batch in turn; warm-up steps (compiles) are timed apart. ``log``: called with a
+    line per step as it ends (variant, step, B x T, wall, graphs so far)."""
     runs = []
     for name in variants:
         twin = copy.deepcopy(module)
@@ -317,6 +296,9 @@ def compare_steps(cfg: DictConfig, module, batches: Iterable, variants: Iterable
                 stats.late_graphs += new
                 stats.wall.append(wall)
                 stats.cpu.append(cpu)
+            if log is not None:
+                log(f"{stats.name} step {i} B={batch.feats.size(0)} T={batch.feats.size(1)}: {wall:.2f} s wall, "
+                    f"{stats.graphs} graphs{' (warm-up)' if i < warmup else ''}")
             if i % loss_every == 0 or i == len(batches) - 1:
                 stats.losses.append((i, float(loss)))
     return [stats for stats, *_ in runs]

@@ -12,10 +12,13 @@ from hydra import compose, initialize_config_dir
 from asr.bench.train_step import (VARIANTS, build_synthetic, build_training, compare_steps, comparison_table,
                                   profile_steps, recompile_census, synthetic_batches, take, time_optimizers,
                                   time_validation)
+from asr.bench.synthetic import FRAMES_PER_SECOND
+from asr.data.buckets import geometric_buckets, pad_to_buckets
 from asr.train.config import repository_conf_dir
 
 RECOMPILE_SCOPES = ("blocks", "model")
 PRECISIONS = ("32", "bf16")
+SYNTHETIC_SECONDS = (2.0, 16.0)  # utterance lengths of the synthetic batches
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class TrainStepBench:
     device: str = "cpu"
     precision: str = "32"
     synthetic: int | None = None
+    pad_buckets: int = 0
+    log_steps: bool = False
     overrides: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -56,6 +61,9 @@ class TrainStepBench:
         if self.synthetic is not None and (self.profile or self.recompiles or not self.compare):
             raise ValueError("--synthetic goes with --compare (the profile times the real data loader, the census "
                              "walks the real sampler's epoch)")
+        if self.pad_buckets < 0 or (self.pad_buckets and self.synthetic is None):
+            raise ValueError(f"--pad-buckets ({self.pad_buckets}) must be >= 0 and goes with --synthetic (the data "
+                             "module pads real batches itself: data.frame_buckets)")
         if self.device != "cpu" and self.profile:
             raise ValueError("--profile runs on the CPU (its phase marks do not synchronize a GPU)")
 
@@ -94,11 +102,16 @@ def run_train_step_bench(bench: TrainStepBench) -> None:
     if bench.compare:
         if bench.synthetic is not None:
             batches = synthetic_batches(bench.steps, cfg.data.max_duration, bench.synthetic,
-                                        cfg.model.encoder.input_dim, cfg.seed)
+                                        cfg.model.encoder.input_dim, cfg.seed, seconds=SYNTHETIC_SECONDS)
+            if bench.pad_buckets:
+                frames = [round(s * FRAMES_PER_SECOND) for s in SYNTHETIC_SECONDS]
+                buckets = geometric_buckets(*frames, bench.pad_buckets)
+                batches = [pad_to_buckets(b, buckets, token_multiple=8) for b in batches]
+                print(f"frames padded to {list(buckets)}, tokens to a multiple of 8", flush=True)
         else:
             batches = take(datamodule.train_dataloader(), bench.steps)
         autocast = torch.bfloat16 if bench.precision == "bf16" else None
         results = compare_steps(cfg, module, batches, bench.compare.split(","), bench.warmup, bench.loss_every,
-                                autocast)
+                                autocast, log=print if bench.log_steps else None)
         print(f"\n{bench.steps} batches, {bench.warmup} warm-up steps per variant, interleaved\n"
               f"{comparison_table(results)}")

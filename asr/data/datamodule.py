@@ -30,12 +30,14 @@ from itertools import islice
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.accelerators import CUDAAccelerator
 from lhotse import CutSet
 from lhotse.dataset import DynamicBucketingSampler, DynamicCutSampler
 from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
+from asr.data.buckets import BucketPadded, check_buckets
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
@@ -115,6 +117,8 @@ class AsrDataModule(L.LightningDataModule):
         feature_store: str | None = None,
         world_size: int | None = None,
         rank: int | None = None,
+        frame_buckets: list[int] | None = None,
+        token_multiple: int = 1,
     ) -> None:
         super().__init__()
         if max_duration_per_utt > max_duration:
@@ -142,6 +146,9 @@ class AsrDataModule(L.LightningDataModule):
         self.shar_dir = self._resolve(shar_dir) if shar_dir else None
         self.feature_store = Path(feature_store) if feature_store else None
         self._world_size, self._rank = world_size, rank
+        # Training batches padded to a few lengths (asr.data.buckets): a compiled step meets a few shapes.
+        self.frame_buckets = check_buckets(frame_buckets, token_multiple) if frame_buckets else None
+        self.token_multiple = token_multiple
         tok = Path(tokenizer_path)
         if not tok.exists() and not tok.is_absolute() and (self.data_dir / tok).exists():
             tok = self.data_dir / tok
@@ -238,9 +245,14 @@ class AsrDataModule(L.LightningDataModule):
             self._eval_cuts(self.dev_cuts)
 
     # --- loaders ------------------------------------------------------------------------
-    def _loader(self, dataset: AsrDataset, sampler, stop_with_first_rank: bool = False) -> SkipCountingLoader:
+    def _pin_memory(self) -> bool:
+        """Pinned host memory when training on a CUDA device: the copy to it can overlap the step."""
+        trainer = self.trainer
+        return trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator)
+
+    def _loader(self, dataset, sampler, stop_with_first_rank: bool = False) -> SkipCountingLoader:
         loader = DataLoader(
-            dataset, sampler=sampler, batch_size=None, num_workers=self.num_workers,
+            dataset, sampler=sampler, batch_size=None, num_workers=self.num_workers, pin_memory=self._pin_memory(),
             # workers start anew each epoch from the dataset, so what its set_epoch set reaches them
             persistent_workers=False,
         )
@@ -282,7 +294,8 @@ class AsrDataModule(L.LightningDataModule):
             lead_in_from_epoch=self.lead_in_from_epoch,
         )
         listeners = [dataset.set_epoch] + ([shar.set_epoch] if shar is not None else [])
-        loader = self._loader(dataset, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
+        source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)
+        loader = self._loader(source, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:
             # Lightning starts iterating (prefetching) a resumed run's loader before its
             # set_epoch call, so the sampler must already be in the interrupted epoch

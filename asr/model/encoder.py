@@ -19,9 +19,10 @@ With ``chunk_lookahead`` r > 0, each chunk is also encoded with the first r fram
 one (every layer's queries and keys are the chunk plus those frames; their outputs are dropped
 and their K/V and conv inputs are not cached, so the next chunk encodes them again as its own).
 A chunk's first frames then hear what follows them, which a word's onset at a chunk's end needs;
-a stream waits r frames longer for each chunk. No mask expresses the re-encoded frames, so the
-chunked ``forward`` of such an encoder runs the chunks in a loop (``_forward_chunks``) with the
-same caches a stream keeps, and streaming equals it exactly.
+a stream waits r frames longer for each chunk. No mask expresses the re-encoded frames: the
+chunked ``forward`` of such an encoder runs every chunk's window of a layer at once
+(``asr.model.lookahead``), which equals the loop over chunks with the caches a stream keeps
+(``_forward_chunks``, the reference), and streaming equals both exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 from asr.model.conformer import ConformerBlock
+from asr.model.lookahead import forward_windows
 from asr.model.masks import ChunkMask, check_chunk_args, check_chunk_phase, padding_mask
 from asr.model.normalization import OnlineCmn, SpeechGate
 from asr.model.positions import build_position_scheme
@@ -228,7 +230,9 @@ class ConformerEncoder(nn.Module):
         self._check_feats(feats)
         if lengths.shape != (feats.size(0),):
             raise ValueError(f"lengths {tuple(lengths.shape)} must be ({feats.size(0)},) for feats {tuple(feats.shape)}.")
-        if tracing():  # no host read inside a compiled graph: the kernel checks it as it runs
+        if tracing() or torch.is_grad_enabled():
+            # No host read inside a compiled graph or a training step (it would stall the launch queue
+            # until the device caught up): the kernel checks the lengths as it runs.
             torch._assert_async((lengths <= feats.size(1)).all(), "lengths exceed the feature length")
         elif not lengths.is_meta and lengths.numel() and int(lengths.max()) > feats.size(1):  # meta: no values
             raise ValueError(f"lengths max ({int(lengths.max())}) exceeds the feature length ({feats.size(1)}).")
@@ -240,8 +244,9 @@ class ConformerEncoder(nn.Module):
         x = self.dropout(self.scheme.embed_input(x, start_time))
         if chunk_size > 0 and self.chunk_lookahead > 0:
             check_chunk_phase(chunk_size, chunk_phase)
-            return self._forward_chunks(x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
-                                        self.chunk_lookahead)
+            x = forward_windows(self.blocks, x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
+                                self.chunk_lookahead)  # every chunk of a layer at once; _forward_chunks loops
+            return self.norm(x), out_lens
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
         mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks, chunk_phase)
         if not use_blocked(x.size(0), self.num_heads, x.size(1), x.size(1), torch.is_grad_enabled()):

@@ -211,3 +211,17 @@ def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_d
 def test_lead_in_from_epoch_must_not_be_negative(tiny_corpus, spm_dir):
     with pytest.raises(ValueError, match="lead_in_from_epoch"):
         _dm(tiny_corpus, spm_dir, lead_in_from_epoch=-1)
+
+
+def test_bucket_padded_training_batches_keep_every_frame(tiny_corpus, spm_dir):
+    plain = list(_dm(tiny_corpus, spm_dir).train_dataloader())
+    padded_dm = _dm(tiny_corpus, spm_dir, frame_buckets=[64, 128, 256], token_multiple=8)
+    padded = list(padded_dm.train_dataloader())
+    assert [b.keys for b in padded] == [b.keys for b in plain] and not padded_dm._pin_memory()  # no trainer: no pinning
+    for p, b in zip(padded, plain):
+        frames, tokens = b.feats.size(1), b.tokens.size(1)
+        assert p.feats.size(1) in (64, 128, 256) or p.feats.size(1) % 256 == 0
+        assert p.feats.size(1) >= frames and p.tokens.size(1) % 8 == 0
+        assert torch.equal(p.feats[:, :frames], b.feats) and torch.all(p.feats[:, frames:] == 0)
+        assert torch.equal(p.tokens[:, :tokens], b.tokens) and torch.all(p.tokens[:, tokens:] == -1)
+        assert torch.equal(p.feat_lens, b.feat_lens) and torch.equal(p.token_lens, b.token_lens)

@@ -52,16 +52,25 @@ def test_a_step_runs_every_command_and_keeps_the_first_failure(tmp_path):
 def test_lease_plan_fits_one_device_command(capsys):
     assert gpu_check.main(["--lease", "--dry-run", "--out", "/tmp/gc"]) == 0
     plan = capsys.readouterr().out
-    assert "4 step(s)" in plan and "budget 9 min" in plan
-    for name in ("env", "cuda_tests", "attention", "throughput"):
+    names = ("env", "cuda_tests", "attention", "throughput", "peers", "lookahead", "sync", "quickstart")
+    assert f"{len(names)} step(s)" in plan and "budget 9 min" in plan
+    for name in names:
         assert f". {name}:" in plan
-    assert "-k cuda" in plan and "quickstart.py" not in plan and "--compare eager --synthetic" in plan
-    # The device tool runs one command for at most 10 minutes: the steps' own limits fit inside it.
-    assert sum(step.timeout_s for step in gpu_check.lease_plan(Path("/tmp/gc"))) <= 9 * 60
+    assert "-k cuda" in plan and "bench_attention.py --device cuda --dtype bfloat16 --lengths 512 1024 2048" in plan
+    assert "--compare eager,blocks --synthetic 5000" in plan and "--pad-buckets 4" in plan
+    assert "bench_peers.py --device cuda --wenet-src .whl/wenet_src --size librispeech" in plan
+    assert "model.encoder.chunk_lookahead=4" in plan and "model.encoder.chunk_lookahead=0" in plan
+    assert "tests/train/test_step_sync.py" in plan and "only where data/synth exists" in plan
+    # The device tool runs one command for at most 10 minutes: the measuring steps' caps fit inside the
+    # budget; the quickstart gets what they leave.
+    steps = gpu_check.lease_plan(Path("/tmp/gc"))
+    assert sum(step.timeout_s for step in steps if step.name != "quickstart") <= 9 * 60
     assert gpu_check.main(["--dry-run", "--budget-minutes", "2.5"]) == 0
     assert "budget 2.5 min" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         gpu_check.main(["--dry-run", "--budget-minutes", "0"])
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--dry-run", "--tiny"])  # --tiny belongs to --lease
     # A lease step named without --lease: the error says which flag has it.
     with pytest.raises(SystemExit):
         gpu_check.main(["--dry-run", "--only", "cuda_tests"])
@@ -80,10 +89,18 @@ def test_fetch_wheels_pins_the_versions_installed_here_for_the_devices_python(ca
 
     assert gpu_check.main(["--fetch-wheels", str(tmp_path / "whl"), "--dry-run", "--python-version", "3.12"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(gpu_check.DEVICE_WHEELS)
-    assert all("--python-version 3.12" in line and "--only-binary=:all:" in line for line in lines)
-    assert f"hydra-core=={metadata.version('hydra-core')}" in lines[0]
+    downloads, export = lines[:-1], lines[-1]
+    assert len(downloads) == len(gpu_check.DEVICE_WHEELS) + len(gpu_check.PEER_WHEELS)
+    assert all("--python-version 3.12" in line and "--only-binary=:all:" in line for line in downloads)
+    assert f"hydra-core=={metadata.version('hydra-core')}" in downloads[0]
+    assert "'espnet<=202511'" in downloads[-2] and "--no-deps" in downloads[-2]
+    assert "archive HEAD wenet" in export and str(tmp_path / "whl" / "wenet_src") in export
     assert not (tmp_path / "whl").exists()  # a dry run writes nothing
+
+
+def test_wenet_export_says_when_the_mirror_is_missing(tmp_path, capsys):
+    assert gpu_check.export_wenet(tmp_path, mirror=tmp_path / "no_mirror") == 1
+    assert "will skip Wenet" in capsys.readouterr().out
 
 
 def test_steps_the_budget_no_longer_fits_are_reported_as_not_run(tmp_path):
@@ -93,5 +110,14 @@ def test_steps_the_budget_no_longer_fits_are_reported_as_not_run(tmp_path):
     failed = gpu_check.run_plan([quick, slow, after], tmp_path, budget_min=0.05, min_step_s=1.0)  # 3 s
     report = (tmp_path / "report.md").read_text()
     assert failed == ["slow", "after"]
-    assert "## quick: ok" in report and "## slow: FAILED (exit 124)" in report
-    assert "## after: NOT RUN, the budget was spent" in report and not (tmp_path / "after.log").exists()
+    assert "### quick: ok" in report and "### slow: FAILED (exit 124)" in report
+    assert "### after: NOT RUN, the budget was spent" in report and not (tmp_path / "after.log").exists()
+    assert "- **Commit:**" in report and "- **Card:**" in report and "- **Command:**" in report
+
+
+def test_a_step_whose_input_is_missing_is_skipped_and_said_so(tmp_path):
+    needs = gpu_check.Step("needs", "needs a corpus", ((sys.executable, "-c", "print('ran')"),), 60,
+                           requires="data/not_here_at_all")
+    assert gpu_check.run_plan([needs], tmp_path, one_log=True) == []
+    assert "### needs: skipped, data/not_here_at_all is not here" in (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "steps.log").exists()
