@@ -51,7 +51,7 @@ from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
 from asr.serve.encoders import EagerChunkEncoder
-from asr.serve.endpoint import EndpointConfig, EndpointDetector
+from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.serve.frames import FeatureQueue
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
@@ -146,6 +146,7 @@ class Stream:
         self._search = CtcPrefixBeamSearch(recognizer.options.beam, recognizer.model.blank_id, self._fusion,
                                            biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
+        self._levels = LevelTrack(round(recognizer.frame_s * SAMPLE_RATE))  # per segment frame, for the endpoint
         self._utt = _Utterance(start_frame=0)
         self._split: _Split | None = None  # an endpoint's chunk past its split point, until reset()
         self._carry: _Split | None = None  # those frames waiting to start the next utterance (decode() takes them)
@@ -235,6 +236,7 @@ class Stream:
         split, self._split = self._split, None
         if self._segment_closed and self._encoder_flushed and split is None:  # the VAD's next segment
             self._frontend.fbank.reset()
+            self._levels.reset()
             if policy.resets_cmn:
                 self._frontend.reset_normalization()
             self._restart_encoder(0)
@@ -275,7 +277,9 @@ class Stream:
             finished = self._input_finished
         if self._vad is None:
             if pieces:
-                self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
+                audio = torch.cat(pieces)
+                self._levels.accept(audio)
+                self._queue.add(self._frontend.fbank.accept(audio))
         else:
             events = self._vad.accept(torch.cat(pieces)) if pieces else []
             if finished and not self._vad_finished:
@@ -301,6 +305,7 @@ class Stream:
             if not self._segment_opened:
                 self._segment_start_s = event.start / SAMPLE_RATE
                 self._segment_opened = True
+            self._levels.accept(event.samples)
             self._queue.add(self._frontend.fbank.accept(event.samples))
             self._event_samples -= event.samples.numel()
 
@@ -350,7 +355,7 @@ class Stream:
         At an endpoint inside them, the frames past its split point are kept for the next utterance.
         """
         self.new_frames += enc_out.size(0)
-        start = self._endpoint.advance_to_endpoint(log_probs)
+        start = self._endpoint.advance_to_endpoint(log_probs, self._levels.levels(first_frame, log_probs.size(0)))
         if start is not None and start < log_probs.size(0):
             self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])
             enc_out, log_probs = enc_out[:start], log_probs[:start]
