@@ -58,6 +58,8 @@ BABBLE_SENTENCES = (
     "the concert was cancelled because the singer had lost her voice",
 )
 SOUND_SPEED_M_S = 343.0
+MIC_DISTANCE_M = (0.5, 1.5)
+WALL_CLEARANCE_M = 0.3
 PINK_B = (0.049922035, -0.095993537, 0.050612699, -0.004408786)  # a 3-pole fit to 1/f power, -10 dB/decade
 PINK_A = (1.0, -2.494956002, 2.017265875, -0.522189400)
 PENTATONIC = (0, 2, 4, 7, 9)  # semitones above the key's root
@@ -152,7 +154,7 @@ def music(n: int, rng: np.random.Generator) -> np.ndarray:
 def room_impulse(rt60_s: float, rng: np.random.Generator, max_order: int = 6) -> np.ndarray:
     """(m,) a shoebox room's impulse response with reverberation time ``rt60_s``, direct path 1.0 at sample 0.
 
-    The room (3-8 x 3-6 x 2.4-3.5 m), source and microphone (at least 1 m apart) are drawn; the
+    The room (3-8 x 3-6 x 2.4-3.5 m), the talker and the microphone (``MIC_DISTANCE_M`` apart) are drawn; the
     walls' reflection coefficient follows from Sabine's formula for ``rt60_s``. Image sources up
     to ``max_order`` cells away give the early reflections at their delays, gains 1/distance; past
     the time the nearest wall's ``max_order``-th image arrives, a diffuse tail of noise decays at
@@ -162,9 +164,11 @@ def room_impulse(rt60_s: float, rng: np.random.Generator, max_order: int = 6) ->
     if not 0.05 <= rt60_s <= 3.0:
         raise ValueError(f"rt60_s ({rt60_s}) must lie in [0.05, 3] s")
     room = np.array([rng.uniform(3, 8), rng.uniform(3, 6), rng.uniform(2.4, 3.5)])
-    while True:
-        src, mic = room * rng.uniform(0.15, 0.85, 3), room * rng.uniform(0.15, 0.85, 3)
-        if np.linalg.norm(src - mic) >= 1.0:
+    while True:  # a talker MIC_DISTANCE_M from the microphone (a desk or a laptop), both off the walls
+        src = room * rng.uniform(0.15, 0.85, 3)
+        direction = rng.standard_normal(3)
+        mic = src + rng.uniform(*MIC_DISTANCE_M) * direction / np.linalg.norm(direction)
+        if np.all((mic > WALL_CLEARANCE_M) & (mic < room - WALL_CLEARANCE_M)):
             break
     direct = float(np.linalg.norm(src - mic))
     volume = float(np.prod(room))
