@@ -7,7 +7,7 @@ their own generators, rooms from their own image-source impulse responses. Every
 bootstrap interval and, alone, a paired interval for its difference from clean; in sessions, the
 paired difference from the same sentences alone, finals per session, fused gaps and words inserted
 by the background. Deterministic for --seed. Prints Markdown tables; --out-json writes the report
-(the quickstart's summary reads its `robust` row from data/results/robust.json by default).
+(scripts/quickstart.py runs a short one into <run dir>/decode/robust_test/robust.json for its robust rows).
 
 Usage (from the repository root):
     python scripts/bench_robust.py --checkpoint exp/quickstart_rel_xl/checkpoints/avg3.ckpt \\

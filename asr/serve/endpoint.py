@@ -88,8 +88,8 @@ class EndpointConfig:
     rules: tuple[EndpointRule, ...] = field(default=DEFAULT_RULES)
     reset: str = "none"  # what restarts at an endpoint besides the decoder (ENDPOINT_RESETS)
     # Frames this many dB under the speaker's level are non-speech (None: blank probability alone). Why 15:
-    # talk 15-20 dB under a speaker is a background, while a word's own frames stay within about 12 dB
-    # of the speaker's loudest over the one second of trailing silence a rule needs.
+    # talk 15-20 dB under a speaker is a background; a word's own quiet frames are shorter than the
+    # trailing silence a rule needs, so they cannot end it.
     speaker_margin_db: float | None = 15.0
     speaker_decay_db_s: float = 0.5  # how fast the speaker's level falls, so a quieter speaker takes over
 
