@@ -114,6 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-speaker-margin", type=float, default=margin, metavar="DB",
                         help=f"audio this many dB under the speaker's level is not the speaker: it ends an utterance "
                              f"like silence, whatever the recognizer hears in it (default {margin:g}; 0: off)")
+    parser.add_argument("--endpoint-suppress-background", action="store_true",
+                        help="also read audio under the speaker's level as silence in the search: the background's "
+                             "words are not emitted (needs --endpoint-speaker-margin > 0)")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
     # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.
@@ -158,7 +161,8 @@ def build_server(args: argparse.Namespace):
     recognizer = MultiStreamRecognizer(
         model, tokenizer, args.options,
         endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
-                                reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None),
+                                reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None,
+                                suppress_background=args.endpoint_suppress_background),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )

@@ -92,6 +92,9 @@ class EndpointConfig:
     # trailing silence a rule needs, so they cannot end it.
     speaker_margin_db: float | None = 15.0
     speaker_decay_db_s: float = 0.5  # how fast the speaker's level falls, so a quieter speaker takes over
+    # Frames under the speaker's level are read as blank by the search too: the background's words are
+    # not emitted as the speaker's (a choice for the benchmark to make; off: the search hears every frame).
+    suppress_background: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -194,6 +197,7 @@ class EndpointDetector:
         self.frames = 0
         self.trailing_silence_frames = 0
         self.speech_seen = False
+        self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
 
     def advance(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None) -> None:
         """Consume (t, V) CTC log-probabilities of the next t frames (and their (t,) levels, when known)."""
@@ -232,15 +236,27 @@ class EndpointDetector:
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
+        self.background = []
         if self.speaker is None or levels_db is None:
             return blank
         if levels_db.shape != (log_probs.size(0),):
             raise ValueError(f"levels_db must be ({log_probs.size(0)},), got shape {tuple(levels_db.shape)}.")
-        silent = []
+        silent, self.background = [], []
         for is_blank, level in zip(blank, levels_db.tolist()):
-            silent.append(is_blank or self.speaker.is_background(level))
+            self.background.append(self.speaker.is_background(level))
+            silent.append(is_blank or self.background[-1])
             self.speaker.update(level, emitted=not is_blank)
         return silent
+
+    def suppressed(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """(t, V) ``log_probs`` of the last advance with its background frames made certain blanks (when
+        ``suppress_background``; else unchanged)."""
+        if not self.config.suppress_background or not any(self.background):
+            return log_probs
+        mask = torch.tensor(self.background[: log_probs.size(0)] + [False] * (log_probs.size(0) - len(self.background)))
+        blank = torch.full_like(log_probs[0], float("-inf"))
+        blank[self.blank_id] = 0.0
+        return torch.where(mask[:, None], blank, log_probs)
 
     def _count(self, is_silent: bool) -> None:
         if is_silent:

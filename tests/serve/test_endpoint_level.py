@@ -127,3 +127,17 @@ def test_a_stream_whose_recognizer_hears_words_in_the_background_still_ends_the_
     if margin is not None:  # ended about 1 s after the speaker stopped: not inside the speech
         assert 1.2 + 0.9 <= got[0].span[1] <= 1.2 + 1.3
         assert math.isclose(got[1].span[0], got[0].span[1])
+
+
+def test_suppressing_the_background_blanks_only_the_frames_under_the_speaker():
+    log_probs, levels = _speech_then_background(10, 6, -40.0)
+    off = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    off.advance(log_probs, levels)
+    assert torch.equal(off.suppressed(log_probs), log_probs)  # off by default
+    on = EndpointDetector(EndpointConfig(suppress_background=True), BLANK, frame_s=0.04)
+    on.advance(log_probs, levels)
+    out = on.suppressed(log_probs)
+    assert torch.equal(out[:10], log_probs[:10])
+    assert torch.all(out[10:].argmax(dim=1) == BLANK) and torch.all(out[10:, BLANK] == 0.0)
+    on.advance(log_probs[:3])  # no levels: nothing is background, nothing suppressed
+    assert torch.equal(on.suppressed(log_probs[:3]), log_probs[:3])
