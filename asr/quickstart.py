@@ -119,6 +119,14 @@ def reusable_summary(out_dir: Path, ckpt: Path, lms: tuple[Path, Path] | None = 
 
 
 
+def reusable_report(path: Path, ckpt: Path) -> dict | None:
+    """The JSON report a benchmark of ``ckpt`` left at ``path`` (its ``config.checkpoint``); None when there is
+    none or it measured another checkpoint."""
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    return report if report.get("config", {}).get("checkpoint") == str(ckpt) else None
+
 
 def run_step(cmd: list[str], what: str) -> None:
     """Run one step from the repository root, streaming its output; stop the quickstart with the step's exit

@@ -31,9 +31,13 @@ Steps (each one reuses what earlier runs left):
  5. stream one test utterance chunk by chunk with the LMs (scripts/stream.py --lm --word-lm);
     then the live bench (scripts/bench_live.py) on a few test sessions of five sentences with
     pauses, over exact zeros and room tone, through scripts/serve.py's continuous decoding
-    (~1 min) into decode/live_test/live.json;
+    (~1 min) into decode/live_test/live.json, and the robustness benchmark
+    (scripts/bench_robust.py) on 40 test sentences alone under babble (with flite), music,
+    pink noise at 20 and 10 dB SNR and a room, backgrounds no training generator made, into
+    decode/robust_test/robust.json;
  6. print a summary table: WER per mode (read from those summary.json files; the live rows:
-    session WER, and the same sentences sent alone), where checkpoints, logs and results are, time;
+    session WER, and the same sentences sent alone; the robust rows: WER per background and level),
+    where checkpoints, logs and results are, time;
     when --train-minutes ended training early, at which of the planned steps and the last dev
     WERs (asr.train.outcome).
 """
@@ -53,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, corpus_ready,  # noqa: E402
-                            decode, first_test_audio, run_step, timestamped)
+                            decode, first_test_audio, reusable_report, run_step, timestamped)
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
@@ -72,15 +76,36 @@ def live_bench(ckpt: Path, out_dir: Path, data_dir: Path, threads: int) -> dict:
     """The live bench on LIVE_SESSIONS test sessions (unpaced: WER does not depend on the pace), or the
     report a run with the same checkpoint left in ``out_dir``."""
     done = out_dir / "live.json"
-    if done.is_file():
-        report = json.loads(done.read_text())
-        if report["config"]["checkpoint"] == str(ckpt):
-            print(f"live bench results of {ckpt.name} found in {out_dir}")
-            return report
+    report = reusable_report(done, ckpt)
+    if report is not None:
+        print(f"live bench results of {ckpt.name} found in {out_dir}")
+        return report
     run([PY, "scripts/bench_live.py", "--checkpoint", str(ckpt), "--cuts", str(data_dir / "cuts_test.jsonl.gz"),
          "--sessions", str(LIVE_SESSIONS), "--backgrounds", LIVE_BACKGROUNDS, "--speed", "0", "--concurrency", "4",
          "--max-seconds", "300", "--server-args", f"--threads {threads}", "--out-json", str(done)],
         "live sessions (test sentences with pauses over zeros and room tone, through the server)")
+    return json.loads(done.read_text())
+
+
+# Sentences alone under the robustness benchmark's own backgrounds (babble only with flite, which reads it)
+ROBUST_UTTERANCES, ROBUST_SNRS, ROBUST_RT60S = 40, "20,10", "0.6"
+
+
+def robust_bench(ckpt: Path, out_dir: Path, data_dir: Path, threads: int) -> dict:
+    """The robustness benchmark on ROBUST_UTTERANCES test sentences alone (no sessions: the live bench has
+    them), or the report a run with the same checkpoint left in ``out_dir``."""
+    from asr.synth.xengine import flite_path
+
+    done = out_dir / "robust.json"
+    report = reusable_report(done, ckpt)
+    if report is not None:
+        print(f"robustness results of {ckpt.name} found in {out_dir}")
+        return report
+    kinds = ("babble," if flite_path() else "") + "music,pink,reverb"
+    run([PY, "scripts/bench_robust.py", "--checkpoint", str(ckpt), "--cuts", str(data_dir / "cuts_test.jsonl.gz"),
+         "--kinds", kinds, "--snrs", ROBUST_SNRS, "--rt60s", ROBUST_RT60S, "--utterances", str(ROBUST_UTTERANCES),
+         "--sessions", "0", "--threads", str(threads), "--out-json", str(done)],
+        "robustness (test sentences under babble, music, noise and a room the training never made)")
     return json.loads(done.read_text())
 
 
@@ -173,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         run([PY, "scripts/stream.py", "--checkpoint", str(ckpt), "--chunk-size", "16", "--lm", str(lms[0]),
              "--word-lm", str(lms[1]), audio], "stream one test file (with the LMs)")
     live = live_bench(ckpt, results / "live_test", data_dir, args.threads)
+    robust = robust_bench(ckpt, results / "robust_test", data_dir, args.threads)
 
     rows = [(ctx, m, r) for ctx, summary in decoded for m, r in summary["modes"].items()]
     skipped = {ctx: s["skipped_utterances"] for ctx, s in decoded if s.get("skipped_utterances")}
@@ -184,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         if b.get("session_wer") is not None:
             mode = f"session (alone {100 * b['alone_wer']:.2f})"
             print(f"{'live ' + name:<14}{mode:<22}{100 * b['session_wer']:>8.2f}")
+    for name in robust["conditions"]:  # the test sentences alone under each background and level
+        print(f"{'robust':<14}{name:<22}{100 * robust['alone'][name]['wer']:>8.2f}")
     wer = train_summary["best_val_wer"]
     print("-" * 72)
     print(f"checkpoint  : {ckpt}")

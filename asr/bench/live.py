@@ -179,11 +179,14 @@ def _spans_s(spans) -> list[tuple[float, float]]:
     return [(a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in spans]
 
 
-def _run_background(uri: str, name: str, plans, config: LiveConfig, deadline: float) -> tuple[dict, list[dict]]:
-    """Stream one background's sessions and alone sentences; (summary, per-session details)."""
+def run_sessions(uri: str, name: str, plans, config: LiveConfig, deadline: float,
+                 background_of=None) -> tuple[dict, list[dict]]:
+    """Stream one background's sessions and alone sentences; (summary, per-session details).
+    ``background_of(plan)``: the session's background with its pads (default: ``session_background``
+    of ``name``), for benchmarks with backgrounds of their own."""
     clips, jobs = [], []  # jobs: per session, (its clip's index, [(alone clip index, speech span)])
     for plan in plans:
-        bg = session_background(plan, name, config.seed)
+        bg = session_background(plan, name, config.seed) if background_of is None else background_of(plan)
         clips.append(render(plan, bg))
         own = len(clips) - 1
         alone_jobs = []
@@ -244,7 +247,7 @@ def run_live(config: LiveConfig, log=print) -> dict:
                 report["backgrounds"][name] = {"not_run": f"max_seconds ({config.max_seconds:g}) spent"}
                 continue
             began = time.monotonic()
-            summary, details = _run_background(uri, name, plans, config, deadline)
+            summary, details = run_sessions(uri, name, plans, config, deadline)
             summary["wall_s"] = time.monotonic() - began
             report["backgrounds"][name] = summary
             report["sessions"] += details

@@ -68,7 +68,7 @@ from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, 
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 add_threads_argument, options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
-from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS  # noqa: E402
+from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS, EndpointConfig  # noqa: E402
 from asr.serve.origin import OriginPolicy  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
@@ -118,6 +118,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="both",
                         help="what restarts at an endpoint besides the decoder: the encoder's attention and conv "
                              "caches, the online CMN's running mean, both, or none (default both)")
+    margin = EndpointConfig().speaker_margin_db
+    parser.add_argument("--endpoint-speaker-margin", type=float, default=margin, metavar="DB",
+                        help=f"audio this many dB under the speaker's level is not the speaker: it ends an utterance "
+                             f"like silence, whatever the recognizer hears in it (default {margin:g}; 0: off)")
+    parser.add_argument("--endpoint-suppress-background", action="store_true",
+                        help="also read audio under the speaker's level as silence in the search: the background's "
+                             "words are not emitted (needs --endpoint-speaker-margin > 0)")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
     # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.
@@ -147,7 +154,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_server(args: argparse.Namespace):
     from asr.data.features import FeatureConfig
-    from asr.serve.endpoint import EndpointConfig, default_rules
+    from asr.serve.endpoint import default_rules
     from asr.serve.multi_stream import MultiStreamRecognizer
     from asr.serve.server import AsrServer, ServerConfig
     from asr.train.checkpoint import load_model
@@ -166,7 +173,8 @@ def build_server(args: argparse.Namespace):
     recognizer = MultiStreamRecognizer(
         model, tokenizer, args.options,
         endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
-                                reset=args.endpoint_reset),
+                                reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None,
+                                suppress_background=args.endpoint_suppress_background),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )

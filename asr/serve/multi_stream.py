@@ -56,7 +56,7 @@ from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
 from asr.serve.counters import BatchSizeHistogram
 from asr.serve.encoders import EagerChunkEncoder
-from asr.serve.endpoint import EndpointConfig, EndpointDetector
+from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.timestamps import WORD_START, Word, ctc_align, word_times
@@ -151,6 +151,7 @@ class Stream:
         self._search = CtcPrefixBeamSearch(recognizer.options.beam, recognizer.model.blank_id, self._fusion,
                                            biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
+        self._levels = LevelTrack(round(recognizer.frame_s * SAMPLE_RATE))  # per segment frame, for the endpoint
         self._utt = _Utterance(start_frame=0)
         self._split: _Split | None = None  # an endpoint's chunk past its split point, until reset()
         self._carry: _Split | None = None  # those frames waiting to start the next utterance (decode() takes them)
@@ -247,6 +248,7 @@ class Stream:
         split, self._split = self._split, None
         if self._audio_segment is Segment.CLOSED and self._encoder_flushed and split is None:  # the VAD's next segment
             self._frontend.fbank.reset()
+            self._levels.reset()
             if policy.resets_cmn:
                 self._frontend.reset_normalization()
             self._restart_encoder(0)
@@ -274,7 +276,9 @@ class Stream:
             end = self._audio_end
         if self._vad is None:
             if pieces:
-                self._queue.add(self._frontend.fbank.accept(torch.cat(pieces)))
+                audio = torch.cat(pieces)
+                self._levels.accept(audio)
+                self._queue.add(self._frontend.fbank.accept(audio))
         else:
             events = self._vad.accept(torch.cat(pieces)) if pieces else []
             if end is AudioEnd.FINISH_CALLED:
@@ -385,6 +389,7 @@ class Stream:
             if self._audio_segment is Segment.WAITING:
                 self._segment_start_s = event.start / SAMPLE_RATE
                 self._audio_segment = Segment.OPEN
+            self._levels.accept(event.samples)
             self._queue.add(self._frontend.fbank.accept(event.samples))
             self._event_samples -= event.samples.numel()
 
@@ -403,7 +408,8 @@ class Stream:
         At an endpoint inside them, the frames past its split point are kept for the next utterance.
         """
         self.new_frames += enc_out.size(0)
-        start = self._endpoint.advance_to_endpoint(log_probs)
+        start = self._endpoint.advance_to_endpoint(log_probs, self._levels.levels(first_frame, log_probs.size(0)))
+        log_probs = self._endpoint.suppressed(log_probs)
         if start is not None and start < log_probs.size(0):
             self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])
             enc_out, log_probs = enc_out[:start], log_probs[:start]

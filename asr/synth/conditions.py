@@ -43,6 +43,9 @@ class ConditionRanges:
     snr_db: tuple[float, float] = (5.0, 30.0)
     babble_share: float = 0.3  # of the noisy utterances: other sentences as the noise
     babble_talkers: tuple[int, int] = (3, 6)
+    # of the noisy utterances that are not babble: music-like tones (:func:`music_like`) as the noise.
+    # Drawn only when > 0, so the draws of ranges without music stay as they were.
+    music_share: float = 0.0
     band_prob: float = 0.35
     telephone_share: float = 0.3  # of the band-limited utterances: 8 kHz, 300-3400 Hz, mu-law
     lowpass_hz: tuple[float, float] = (3000.0, 7000.0)
@@ -55,7 +58,8 @@ class ConditionRanges:
     peak_dbfs: tuple[float, float] = (-30.0, -1.0)  # the utterance's final peak level
 
     def __post_init__(self) -> None:
-        for name in ("reverb_prob", "noise_prob", "babble_share", "band_prob", "telephone_share", "eq_prob"):
+        for name in ("reverb_prob", "noise_prob", "babble_share", "music_share", "band_prob", "telephone_share",
+                     "eq_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("rt60_s", "drr_db", "snr_db", "babble_talkers", "lowpass_hz", "highpass_hz", "eq_bands",
@@ -75,7 +79,7 @@ class Conditions:
 
     rt60_s: float | None = None
     drr_db: float = 0.0
-    noise: str | None = None  # a colour of NOISE_COLOURS or "babble"
+    noise: str | None = None  # a colour of NOISE_COLOURS, "babble" or "music"
     babble_talkers: int = 0
     snr_db: float = 0.0
     telephone: bool = False
@@ -123,14 +127,16 @@ def draw_conditions(rng: np.random.Generator, ranges: ConditionRanges) -> Condit
     n_eq = int(rng.integers(ranges.eq_bands[0], ranges.eq_bands[1] + 1)) if rng.random() < ranges.eq_prob else 0
     eq = tuple((_uniform(rng, ranges.eq_center_hz), _uniform(rng, ranges.eq_gain_db), _uniform(rng, ranges.eq_q))
                for _ in range(n_eq))
+    peak, seed = _uniform(rng, ranges.peak_dbfs), int(rng.integers(0, 2**31 - 1))
+    music = ranges.music_share > 0 and rng.random() < ranges.music_share
     return Conditions(
         rt60_s=rt60 if reverb else None, drr_db=drr,
-        noise=("babble" if babble else colour) if noisy else None,
+        noise=("babble" if babble else "music" if music else colour) if noisy else None,
         babble_talkers=talkers if noisy and babble else 0, snr_db=snr,
         telephone=band and telephone,
         lowpass_hz=lowpass if band and not telephone else None,
         highpass_hz=highpass if band and not telephone else None,
-        eq=eq, peak_dbfs=_uniform(rng, ranges.peak_dbfs), seed=int(rng.integers(0, 2**31 - 1)),
+        eq=eq, peak_dbfs=peak, seed=seed,
     )
 
 
@@ -161,6 +167,36 @@ def coloured_noise(n: int, colour: str, rng: np.random.Generator) -> np.ndarray:
     spectrum[0] = 0.0
     noise = np.fft.irfft(spectrum, n)
     return (noise / max(float(np.sqrt(np.mean(noise**2))), 1e-12)).astype(np.float32)
+
+
+MUSIC_CHORD_S = (0.4, 2.0)  # how long a chord of music_like holds
+MUSIC_PARTIALS = (3, 7)
+
+
+def music_like(n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n,) unit-power music-like tones: held chords of 2-4 notes (110-880 Hz, each with harmonics falling
+    1/k), gliding slowly in pitch and swelling in level, crossfaded from one chord to the next."""
+    out = np.zeros(n)
+    start = 0
+    fade = int(0.05 * SAMPLE_RATE)
+    while start < n:
+        length = min(int(rng.uniform(*MUSIC_CHORD_S) * SAMPLE_RATE), n - start)
+        t = np.arange(length + fade) / SAMPLE_RATE
+        chord = np.zeros(t.size)
+        for _ in range(int(rng.integers(2, 5))):
+            f0 = 110.0 * 2 ** rng.uniform(0.0, 3.0)
+            glide = 1.0 + rng.uniform(-0.02, 0.02) * t / max(t[-1], 1e-9)
+            partials = int(rng.integers(*MUSIC_PARTIALS))
+            for k in range(1, partials + 1):
+                if f0 * k < SAMPLE_RATE / 2 - 500:
+                    phase = 2 * np.pi * np.cumsum(f0 * k * glide) / SAMPLE_RATE + rng.uniform(0, 2 * np.pi)
+                    chord += np.sin(phase) / k
+        chord *= 1.0 + 0.3 * np.sin(2 * np.pi * rng.uniform(0.5, 6.0) * t)  # tremolo
+        ramp = np.minimum(1.0, np.minimum(np.arange(t.size), t.size - 1 - np.arange(t.size)) / fade)
+        end = min(n, start + t.size)
+        out[start:end] += (chord * ramp)[: end - start]
+        start += length
+    return (out / max(float(np.sqrt(np.mean(out**2))), 1e-12)).astype(np.float32)
 
 
 def babble_noise(talkers: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -240,6 +276,8 @@ def apply_conditions(audio: np.ndarray, cond: Conditions, babble: list[np.ndarra
             if not babble:
                 raise ValueError("babble noise needs the other utterances (babble=[...])")
             noise = babble_noise(babble, n, rng).astype(np.float64)
+        elif cond.noise == "music":
+            noise = music_like(n, rng).astype(np.float64)
         else:
             noise = coloured_noise(n, cond.noise, rng).astype(np.float64)
         out = mix_noise(torch.from_numpy(out), torch.from_numpy(noise), cond.snr_db).numpy()

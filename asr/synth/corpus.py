@@ -160,6 +160,20 @@ for _base in ("neural_hibari", "neural_hibari_capture30"):
     PROFILES[f"{_base}_passages"] = dataclasses.replace(PROFILES[_base], passages=PassageRanges(share=PASSAGE_SHARE))
 # neural_hibari_capture30 with half of train made live: lead-ins, tails and backgrounds (asr.synth.live)
 PROFILES["neural_hibari_capture30_live"] = dataclasses.replace(PROFILES["neural_hibari_capture30"], live=LiveRanges())
+# Rooms for training (asr.synth.conditions' generators): reverberation, white/pink/brown noise,
+# music-like tones and eSpeak babble of 1-5 talkers (one talker: a television) at 0-25 dB SNR, for
+# most utterances; light channels (the capture paths do the rest). The robustness benchmark
+# (asr.bench.robust) judges it with backgrounds of its own.
+ROOM_RANGES = ConditionRanges(
+    reverb_prob=0.35, rt60_s=(0.15, 0.9), drr_db=(-3.0, 12.0), noise_prob=0.6, snr_db=(0.0, 25.0),
+    babble_share=0.4, babble_talkers=(1, 5), music_share=0.35, band_prob=0.1, eq_prob=0.3,
+    eq_gain_db=(-6.0, 6.0), peak_dbfs=(-25.0, -1.0),
+)
+# neural_hibari_capture30 in rooms, with 0.05-0.6 s of silence over a noise floor at both ends. Not
+# the live profile's seconds of lead-in or passages: from scratch, those kept CTC on its all-blank
+# plateau (data/results/live_training.md).
+PROFILES["neural_hibari_capture30_rooms"] = dataclasses.replace(
+    PROFILES["neural_hibari_capture30"], conditions=ROOM_RANGES, edge_silence_s=(0.05, 0.6))
 # What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
 # a model of eSpeak alone hears eSpeak, not speech (~100% WER on flite), and the neural voices buy most
 # of another engine for a few minutes of synthesis; capture30, because training on capture paths cuts

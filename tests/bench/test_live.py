@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from asr.bench.live_score import Final, Heard, Word, align, gap_outcomes, score_alone, score_session, summarize
 from asr.bench.live_sessions import (ALONE_LEAD_S, BACKGROUNDS, DC_OFFSET, FAN_BAND_HZ, HUM_DBFS, ROOM_NOISE_DBFS,
@@ -201,18 +200,12 @@ def test_a_clean_endpoint_with_a_missed_first_word():
 
 def test_bench_runs_against_a_real_server(tmp_path):
     from asr.bench.live import LiveConfig, format_table, run_live
-    from asr.data.importers import make_cut, make_recording
-    from asr.data.manifest import write_cuts
-    from tests.serve.helpers import noise, save_checkpoint
+    from tests.bench.noise_cuts import write_noise_cuts
+    from tests.serve.helpers import save_checkpoint
 
     ckpt = save_checkpoint(tmp_path)
-    cuts = []
-    for i, (seconds, text) in enumerate([(1.0, "abc de"), (0.8, "fgh"), (1.2, "de abc")]):
-        path = tmp_path / f"s{i}.wav"
-        sf.write(path, noise(seconds, i, SR).numpy(), SR)
-        cuts.append(make_cut(f"s{i}", make_recording(f"s{i}", path), text))
-    write_cuts(cuts, tmp_path / "cuts.jsonl.gz")
-    config = LiveConfig(checkpoint=str(ckpt), cuts=str(tmp_path / "cuts.jsonl.gz"), sessions=1, sentences=3,
+    cuts = write_noise_cuts(tmp_path)
+    config = LiveConfig(checkpoint=str(ckpt), cuts=str(cuts), sessions=1, sentences=3,
                         backgrounds=("zeros", "white-70"), timing=Timing((0.2, 0.5), (0.3, 1.5), (0.5, 1.0)),
                         speed=4.0, concurrency=4, max_seconds=60.0,
                         server_args=("--chunk-size", "4", "--left-chunks", "2", "--beam", "2"))

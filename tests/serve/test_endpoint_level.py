@@ -1,0 +1,143 @@
+"""The speaker's-level endpoint rule: talk far under the speaker is not the speaker, a word's own dips are."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from asr.data.features import SAMPLE_RATE
+from asr.decode.options import DecodeOptions
+from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack, SpeakerLevel
+from asr.serve.multi_stream import MultiStreamRecognizer
+from tests.serve.test_endpoint_reset import C, LEFT, ScriptedCtc, run
+from tests.serve.test_endpoint_timestamps import BLANK, frames
+
+FRAME = 640  # samples an encoder frame (40 ms)
+
+
+def test_level_track_measures_each_frame_whatever_the_pieces():
+    rng = np.random.default_rng(0)
+    audio = torch.from_numpy(np.concatenate([0.1 * rng.standard_normal(10 * FRAME),
+                                             0.01 * rng.standard_normal(10 * FRAME)]))
+    whole, pieces = LevelTrack(FRAME), LevelTrack(FRAME)
+    whole.accept(audio)
+    for start in range(0, audio.numel(), 333):
+        pieces.accept(audio[start : start + 333])
+    assert torch.equal(whole.levels(0, 20), pieces.levels(0, 20))
+    levels = whole.levels(0, 22)
+    assert torch.all((levels[:10] > -21) & (levels[:10] < -19)) and torch.all((levels[10:20] > -41) & (levels[10:20] < -39))
+    assert torch.isnan(levels[20:]).all()  # not yet heard
+    whole.reset()
+    assert torch.isnan(whole.levels(0, 1)).all()
+
+
+def test_speaker_level_follows_the_loudest_emitted_frame_and_falls_slowly():
+    speaker = SpeakerLevel(margin_db=15.0, decay_db_s=0.5, frame_s=0.04)
+    assert not speaker.is_background(-60.0)  # no speaker yet
+    speaker.update(-40.0, emitted=True)  # the television before the speaker speaks
+    speaker.update(-20.0, emitted=True)
+    assert speaker.level_db == -20.0 and speaker.is_background(-36.0) and not speaker.is_background(-34.0)
+    speaker.update(-10.0, emitted=False)  # a loud frame the recognizer did not emit on: a door, not the speaker
+    assert speaker.level_db == pytest.approx(-20.02)
+    for _ in range(25):
+        speaker.update(-40.0, emitted=True)  # background words do not lower it, time does
+    assert speaker.level_db == pytest.approx(-20.02 - 25 * 0.02)
+    assert not speaker.is_background(float("nan"))
+
+
+def _speech_then_background(speech_frames, background_frames, background_db, speech_db=-20.0, dips=None):
+    """Every frame emits a token; levels: the speaker's (with optional dips), then the background's."""
+    levels = [speech_db] * speech_frames + [background_db] * background_frames
+    for at in dips or ():
+        levels[at] = speech_db - 12.0
+    return frames("1" * (speech_frames + background_frames)), torch.tensor(levels, dtype=torch.float64)
+
+
+def _chunked(d, log_probs, levels, chunk=4):
+    """Feed chunk by chunk; the frame count where the endpoint's chunk ends, or None."""
+    for k in range(0, log_probs.size(0), chunk):
+        start = d.advance_to_endpoint(log_probs[k : k + chunk], None if levels is None else levels[k : k + chunk])
+        if start is not None:
+            return k + start
+    return None
+
+
+@pytest.mark.parametrize("under_db,ends", [(20.0, True), (16.0, True), (10.0, False)])
+def test_talk_under_the_speaker_ends_the_utterance_at_a_stated_level(under_db, ends):
+    log_probs, levels = _speech_then_background(50, 60, -20.0 - under_db)
+    ended = _chunked(EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04), log_probs, levels)
+    if ends:  # in the chunk where one second (25 frames) of background after the speaker's last frame is full
+        assert ended is not None and 50 + 25 <= ended <= 50 + 25 + 3
+    else:  # 10 dB under: it may be the speaker; the recognizer's words keep the utterance open
+        assert ended is None
+    blind = EndpointDetector(EndpointConfig(speaker_margin_db=None), BLANK, frame_s=0.04)
+    assert _chunked(blind, log_probs, levels) is None  # the recognizer alone never ends it
+
+
+def test_a_words_own_dips_never_end_it():
+    """Dips 12 dB under the speaker inside the speech, even with a short trailing-silence rule, end nothing."""
+    from asr.serve.endpoint import default_rules
+
+    dips = [k for k in range(60) if k % 10 in (3, 4, 5, 6, 7)]  # 0.2 s of every 0.4 s
+    log_probs, levels = _speech_then_background(60, 40, -45.0, dips=dips)
+    ended = _chunked(EndpointDetector(EndpointConfig(rules=default_rules(0.2)), BLANK, frame_s=0.04), log_probs,
+                     levels)
+    assert ended is not None and 60 + 5 <= ended <= 60 + 5 + 3  # once 0.2 s of background passed the speech
+
+
+def test_the_speaker_level_outlives_an_utterance_and_unknown_levels_count_by_blank():
+    d = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    d.advance(*_speech_then_background(10, 0, -40.0))
+    d.reset()
+    assert d.speaker.level_db == -20.0  # held by every emitted frame at -20 dBFS, kept by reset()
+    d.advance(frames("1" * 30), torch.full((30,), float("nan"), dtype=torch.float64))
+    assert d.trailing_silence_frames == 0 and d.speech_seen
+    with pytest.raises(ValueError, match="levels_db"):
+        d.advance(frames("11"), torch.zeros(3))
+    with pytest.raises(ValueError, match="speaker_margin_db"):
+        EndpointConfig(speaker_margin_db=0.0)
+
+
+def _stream(model, tokenizer, speech, endpoint):
+    clone = copy.deepcopy(model)
+    clone.decoder = None
+    clone.encoder.online_cmn_frames = 0.0
+    head = ScriptedCtc(speech, model.ctc_proj.out_features)
+    clone.ctc_log_probs = head
+    rec = MultiStreamRecognizer(clone, tokenizer, DecodeOptions(chunk_size=C, left_chunks=LEFT, beam=2),
+                                endpoint=endpoint)
+    stream = rec.create_stream()
+    head.stream = stream
+    return rec, stream
+
+
+@pytest.mark.parametrize("margin,finals", [(15.0, 2), (None, 1)])
+def test_a_stream_whose_recognizer_hears_words_in_the_background_still_ends_the_sentence(model, tokenizer, margin,
+                                                                                         finals):
+    """The scripted CTC head emits words everywhere (the background's too); the audio is the speaker at
+    -20 dBFS for 1.2 s, then talk 20 dB under for 3 s."""
+    g = torch.Generator().manual_seed(1)
+    wave = torch.cat([0.1 * torch.randn(int(1.2 * SAMPLE_RATE), generator=g),
+                      0.01 * torch.randn(3 * SAMPLE_RATE, generator=g)])
+    rec, stream = _stream(model, tokenizer, [(1, 200)], EndpointConfig(reset="both", speaker_margin_db=margin))
+    got = run(rec, stream, wave)
+    assert len(got) == finals
+    if margin is not None:  # ended about 1 s after the speaker stopped: not inside the speech
+        assert 1.2 + 0.9 <= got[0].span[1] <= 1.2 + 1.3
+        assert math.isclose(got[1].span[0], got[0].span[1])
+
+
+def test_suppressing_the_background_blanks_only_the_frames_under_the_speaker():
+    log_probs, levels = _speech_then_background(10, 6, -40.0)
+    off = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    off.advance(log_probs, levels)
+    assert torch.equal(off.suppressed(log_probs), log_probs)  # off by default
+    on = EndpointDetector(EndpointConfig(suppress_background=True), BLANK, frame_s=0.04)
+    on.advance(log_probs, levels)
+    out = on.suppressed(log_probs)
+    assert torch.equal(out[:10], log_probs[:10])
+    assert torch.all(out[10:].argmax(dim=1) == BLANK) and torch.all(out[10:, BLANK] == 0.0)
+    on.advance(log_probs[:3])  # no levels: nothing is background, nothing suppressed
+    assert torch.equal(on.suppressed(log_probs[:3]), log_probs[:3])
