@@ -29,15 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
+from asr.data.features import SAMPLE_RATE
 from asr.data.tokenizer import SPACE
+from asr.interop.sherpa_onnx import tail_seconds
 
 UNK_SYMBOL = "<unk>"  # sherpa-onnx prints every symbol; our tokenizers drop <unk> from text
-
-
-def tail_seconds(layout) -> float:
-    """Zeros after an utterance that let sherpa-onnx decode its last real frames (a window and a shift, + 0.1 s)."""
-    return (layout.window + layout.shift) * FRAME_SHIFT_S + 0.1
 
 
 def with_tail(layout, waves: list[np.ndarray], lead_s: float = 0.0) -> list[np.ndarray]:

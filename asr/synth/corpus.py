@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import torch
-from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse import CutSet
 from tqdm import tqdm
 
 from asr.data.audio import float_to_int16, resample_int16
+from asr.extras import require
 from asr.synth.formants import draw_scale_rate, scale_frequencies
+from asr.synth.utterance import UtteranceMeta, to_cut
 from asr.synth.capture import TRAIN_RANGES, CaptureRanges, apply_capture, draw_capture
 from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.synth.live import LiveRanges, apply_live, draw_live
@@ -186,21 +188,6 @@ class SynthConfig:
     def hours(self, split: str) -> float:
         return {"train": self.train_hours, "dev": self.dev_hours, "test": self.test_hours,
                 "long": self.long_hours}[split]
-
-
-@dataclass(frozen=True)
-class UtteranceMeta:
-    cut_id: str
-    audio_path: str  # relative to the corpus folder
-    text: str
-    voice: str
-    rate: int
-    pitch: int
-    num_samples: int
-    pitch_span: int = 50
-    word_gap: int = 0
-    conditions: str | None = None  # Conditions.describe(), or "none", for a train utterance of a non-clean profile
-    passage: bool = False  # several sentences with pauses (asr.synth.passages)
 
 
 # per-process worker state, set once by _init_worker (Pico on first use: most profiles never need it)
@@ -434,25 +421,6 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
                          voice.pitch_span, voice.word_gap, conditions, passage)
 
 
-def to_cut(meta: UtteranceMeta) -> MonoCut:
-    duration = meta.num_samples / SAMPLE_RATE
-    rec = Recording(
-        id=meta.cut_id, sources=[AudioSource(type="file", channels=[0], source=meta.audio_path)],
-        sampling_rate=SAMPLE_RATE, num_samples=meta.num_samples, duration=duration,
-    )
-    sup = SupervisionSegment(
-        id=meta.cut_id, recording_id=meta.cut_id, start=0.0, duration=duration, channel=0,
-        text=meta.text, language="en", speaker=meta.voice,
-    )
-    custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
-    if meta.conditions is not None:
-        custom.update(pitch_span=meta.pitch_span, word_gap=meta.word_gap, conditions=meta.conditions)
-    if meta.passage:
-        custom["passage"] = True
-    return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
-                   supervisions=[sup], custom=custom)
-
-
 def start_pool(workers: int):
     """Set up synthesis in this process and return a pool of ``workers`` (None for one).
 
@@ -503,6 +471,8 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
         log(f"train: built with profile {built_profile!r}, {cfg.profile!r} asked: rebuilding it")
         todo.insert(0, "train")
     made_seconds, started = 0.0, time.perf_counter()
+    if todo:
+        require("espeakng_loader", "synth", "the synth corpus")  # here, not in a pool worker's initializer
     if "train" in todo and PROFILES[cfg.profile].pico_share > 0:
         PicoSynthesizer()  # without ttspico: say how to install it now, not from inside a pool worker
     if "train" in todo and PROFILES[cfg.profile].neural_share > 0:
