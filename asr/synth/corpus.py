@@ -57,15 +57,15 @@ class SynthProfile:
     varied_voices: bool  # VARIED_EXTRA_VARIANTS too, wider rate/pitch, intonation range, word gaps
     conditions: ConditionRanges | None  # rooms, noise, channel, level (asr.synth.conditions)
     # Silence before and after the sentence, each drawn from this range (seconds). eSpeak starts
-    # speaking at the first sample and stops at the last; recordings and other engines do not
-    # (flite: 170-250 ms before, 70-150 ms after), and a model that never heard silence says
-    # "and" or "but" into it (about one such word an utterance on the flite split).
+    # speaking at the first sample and stops at the last; recordings and other engines do not, and
+    # a model that never heard silence says "and" or "but" into it
+    # (data/results/corpus_profiles.md, "Why the profile fields").
     edge_silence_s: tuple[float, float] | None = None
     # The "silence" is a white noise floor this many dB below the utterance's peak, under the
     # whole utterance. Digital zeros would not do: with no dither, a silent frame's log-mel is
-    # log(float eps) = -15.9 against ~15 for speech, and padding with zeros moved the CMVN means
-    # by 5 and doubled the deviations (a run stopped at 94% dev WER at step 760). At -90 dB the
-    # int16 rounding still leaves mostly zeros, like flite's rms voice (floor at -86 dB).
+    # log(float eps), far below speech, and zero padding drags the CMVN statistics until training
+    # stalls (the same record). At the quiet end the int16 rounding still leaves mostly zeros, like
+    # flite's quietest voice.
     noise_floor_db: tuple[float, float] = (-90.0, -45.0)
     # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.synth.pico):
     # another engine's phones, with speakers made by formant scaling.
@@ -76,7 +76,7 @@ class SynthProfile:
     neural_hibari_weight: float = 0.5  # of the neural share, Hibari's part (the rest: Piper's joe)
     # eSpeak's utterances get their formants (and pitch) scaled by a factor drawn from this range
     # (asr.synth.formants.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
-    # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
+    # trained on them falls apart when the formants of its test voices move (the same record).
     espeak_formant_scale: tuple[float, float] | None = None
     # This share of the train utterances are passages: 2-5 sentences by one voice with pauses
     # (asr.synth.passages); the rest stay single sentences.
@@ -146,7 +146,7 @@ PROFILES = {
                                 espeak_formant_scale=(0.85, 1.15)),
     "neural": NEURAL_PROFILE,
     # the neural voices read the majority: eSpeak 35%, Pico 10%, Hibari 38.5%, Piper 16.5%
-    # (Hibari is ~6x cheaper to run than Piper)
+    # (Hibari the larger part: it runs much cheaper than Piper, data/results/corpus_profiles.md)
     "neural_major": SynthProfile(varied_voices=False, conditions=None, pico_share=0.1, neural_share=0.55,
                                  neural_hibari_weight=0.7, espeak_formant_scale=(0.85, 1.15)),
     # neural with Hibari 80% of the neural share (eSpeak 50%, Pico 15%, Hibari 28%, Piper 7%): better on
