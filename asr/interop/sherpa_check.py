@@ -31,6 +31,7 @@ import torch
 
 from asr.data.features import SAMPLE_RATE
 from asr.data.tokenizer import SPACE
+from asr.extras import require
 from asr.interop.sherpa_onnx import tail_seconds
 
 UNK_SYMBOL = "<unk>"  # sherpa-onnx prints every symbol; our tokenizers drop <unk> from text
@@ -191,8 +192,7 @@ def sherpa_frames_agreement(layout, model, tokenizer, features, waves: list[np.n
 def _decode_in_this_process(export_dir: str, audio: str, threads: int, wenet: list[int] | None) -> list[list[str]]:
     """``wenet``: (chunk_size, left_chunks, feature bins) of a Wenet CTC export (sherpa-onnx takes them as
     options); None: a NeMo CTC export."""
-    import sherpa_onnx
-
+    sherpa_onnx = require("sherpa_onnx", "sherpa", "decoding with sherpa-onnx")
     folder = Path(export_dir)
     files = {"tokens": str(folder / "tokens.txt"), "model": str(folder / "model.onnx"), "num_threads": threads,
              "sample_rate": SAMPLE_RATE, "decoding_method": "greedy_search"}

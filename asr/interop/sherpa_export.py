@@ -9,6 +9,7 @@ from pathlib import Path
 
 from asr.data.features import FeatureConfig
 from asr.interop import sherpa_onnx, sherpa_wenet
+from asr.train.checkpoint import load_model
 
 
 @dataclass
@@ -36,8 +37,6 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: in
     checkpoint's own loading errors (``asr.train.checkpoint_file.CheckpointError``: one without a
     tokenizer among them).
     """
-    from asr.train.checkpoint import load_model
-
     model, tokenizer, cfg = load_model(ckpt_path)
     features = FeatureConfig.from_dict(cfg.features)
     if sherpa_onnx.sherpa_feature_problems(features):
