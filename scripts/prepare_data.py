@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from asr.extras import MissingExtra
 from asr.lm import DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER
 from asr.prepare import CORPORA, MODEL_TYPES, UNITS, PrepareError, PrepareOptions, prepare_corpus
 from asr.synth.corpus import DEFAULT_PROFILE, PROFILES
@@ -68,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> PrepareOptions:
                         "voice variants, wider rate/pitch, intonation range and word gaps. varied: voices plus "
                         "rooms, noise (coloured, babble), band limits, telephone channel, equalisers and levels "
                         "baked in (about 100x real time a core instead of 190x). mild: voices plus fewer and "
-                        "lighter conditions. pico: 40%% of the train utterances read by SVOX Pico (pip install ttspico), its "
+                        "lighter conditions. pico: 40%% of the train utterances read by SVOX Pico (the synth extra), its "
                         "two voices with formants scaled 0.78-1.05. pico_scaled: pico, and eSpeak's formants "
                         "scaled 0.85-1.15. neural: pico_scaled with 35%% of train read by neural voices "
                         "(Hibari, Piper's joe), so eSpeak 50%%, Pico 15%%. neural_major: the neural voices read "
@@ -129,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> PrepareOptions:
 def main(argv: list[str] | None = None) -> None:
     try:
         prepare_corpus(parse_args(argv))
-    except PrepareError as err:
+    except (PrepareError, MissingExtra) as err:
         sys.exit(str(err))
 
 

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MAX_LINES = 310
+MAX_LINES = 330  # about 300: a guide with a GPU and a troubleshooting section; records go to data/results/
 HYDRA_SCRIPTS = {"scripts/train.py"}  # flags are Hydra's own; options are overrides (key=value)
 SEPARATORS = {"&&", "||", ";", "|"}
 
@@ -82,7 +82,7 @@ def helps() -> dict[str, str]:
 def test_the_readme_is_a_guide_with_commands():
     lines = README.read_text().splitlines()
     assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; records go to data/results/"
-    assert "pip install -e . && python scripts/quickstart.py" in lines[lines.index("```bash") + 1]
+    assert "pip install -e '.[synth]' && python scripts/quickstart.py" in lines[lines.index("```bash") + 1]
     # .ci/run runs this exact command
     assert "pip install -e '.[dev]' && python -m pytest" in README.read_text()
     assert len(CALLS) >= 30 and len({s for s, _ in CALLS}) >= 15

@@ -1,7 +1,8 @@
 """Which room may import which: the searches (asr.decode) and the model (asr.model) never reach up
-into the evaluation that runs a model on a split (asr.evaluation); and the model imports at the top
-of its files, never inside a function (an import there hides a cycle between two of its files); and
-tests reach logic through the package, not by loading scripts by their path."""
+into the evaluation that runs a model on a split (asr.evaluation); no modules of asr/ import each other
+in a circle, at the top of a file or inside a function; the model imports at the top of its files,
+never inside a function (an import there hides a cycle between two of its files); and tests reach logic
+through the package, not by loading scripts by their path."""
 
 import ast
 import re
@@ -38,6 +39,62 @@ def test_a_room_imports_nothing_above_it(room):
              for name in imported_modules(path)
              if any(name == above or name.startswith(above + ".") for above in BELOW[room])]
     assert not wrong, f"{room} imports from a room above it: {wrong}"
+
+
+def module_name(path: Path) -> str:
+    """``asr/x/y.py`` -> ``asr.x.y``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module of asr/ -> the modules of asr/ it imports anywhere in its file (``from a import b`` counts
+    ``a.b`` when that is a module)."""
+    paths = {module_name(path): path for path in sorted((ROOT / "asr").rglob("*.py"))}
+    return {name: {m for m in imported_modules(path) if m in paths and m != name} for name, path in paths.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step in stack:
+                low[node] = min(low[node], index[step])
+    return found
+
+
+def test_circles_finds_a_circle_of_three_and_none_in_a_chain():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    found = circles(import_graph())
+    assert not found, f"modules of asr/ that import each other in a circle (a shared module breaks it): {found}"
 
 
 def test_the_model_imports_only_at_the_top_of_its_files():

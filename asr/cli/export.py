@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from asr.decode.options import add_checkpoint_argument, add_chunk_arguments
+from asr.extras import MissingExtra
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,11 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def export_sherpa(args: argparse.Namespace) -> int:
-    from asr.interop.sherpa_onnx import SherpaExportError, export_checkpoint
+    from asr.interop.sherpa_export import export_checkpoint
+    from asr.interop.sherpa_onnx import SherpaExportError
 
     try:
         export = export_checkpoint(args.checkpoint, args.out_dir, args.chunk_size, args.left_chunks)
-    except (OSError, KeyError, ValueError) as err:  # SherpaExportError is a ValueError
+    except (OSError, KeyError, ValueError, MissingExtra) as err:  # SherpaExportError is a ValueError
         kind = "cannot export for sherpa-onnx" if isinstance(err, SherpaExportError) else "error"
         print(f"{kind}: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -99,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if args.format in ("both", "onnx"):
-        onnx_path = export_onnx(step, args.out_dir / "encoder_step.onnx")
+        try:
+            onnx_path = export_onnx(step, args.out_dir / "encoder_step.onnx")
+        except MissingExtra as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         written.append(onnx_path)
         if args.int8:
             written.append(quantize_int8(onnx_path, args.out_dir / "encoder_step.int8.onnx"))

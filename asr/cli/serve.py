@@ -111,8 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-silence", type=float, default=DEFAULT_TRAILING_SILENCE_S, metavar="S",
                         help=f"seconds of silence after speech that end an utterance (default "
                              f"{DEFAULT_TRAILING_SILENCE_S:g}, Wenet's)")
-    # Live sessions (bench_live.py: lead-ins, pauses and room tone around test sentences) read within
-    # a point of the same sentences alone with a VAD and both resets, 13-19 points worse without
+    # Live sessions (bench_live.py: lead-ins, pauses and room tone around test sentences) read about
+    # as well as the same sentences alone with a VAD and both resets, far worse without
     # (data/results/live.md): a microphone's silence never reaches the encoder, and what an utterance
     # heard does not colour the next one.
     parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="both",

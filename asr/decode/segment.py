@@ -15,11 +15,9 @@ padded by ``pad_s`` into the pauses, and a piece longer than ``max_piece_s`` is 
 its quietest 0.2 s. Frames in pauses are not decoded; :class:`Pieces` says how many there were.
 
 The default minimum pause, 0.15 s, was chosen on the dev probes (passages of 5-160 s by dev voices,
-pauses of 0.15-0.5 s between sentences) with the default quickstart model, greedy, full context:
-unsegmented 50.96% WER, 0.3 s 37.99%, 0.2 s 31.40%, 0.15 s 28.87%. On single sentences (the dev
-split) it costs 26.95 -> 27.42% greedy and 21.25 -> 21.71% with rescoring (9 of 390 sentences get
-cut at a pause inside them; at 0.2 s none). Speech with longer pauses inside its sentences wants a
-longer ``min_pause_s`` (decode.py --min-pause).
+pauses of 0.15-0.5 s between sentences) with the default quickstart model, greedy, full context; it
+costs single sentences a little, the few cut at a pause inside them (data/results/long_audio.md).
+Speech with longer pauses inside its sentences wants a longer ``min_pause_s`` (decode.py --min-pause).
 
 Axis legend: T feature frames (10 ms), F mel bins.
 """

@@ -29,15 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
+from asr.data.features import SAMPLE_RATE
 from asr.data.tokenizer import SPACE
+from asr.extras import require
+from asr.interop.sherpa_onnx import tail_seconds
 
 UNK_SYMBOL = "<unk>"  # sherpa-onnx prints every symbol; our tokenizers drop <unk> from text
-
-
-def tail_seconds(layout) -> float:
-    """Zeros after an utterance that let sherpa-onnx decode its last real frames (a window and a shift, + 0.1 s)."""
-    return (layout.window + layout.shift) * FRAME_SHIFT_S + 0.1
 
 
 def with_tail(layout, waves: list[np.ndarray], lead_s: float = 0.0) -> list[np.ndarray]:
@@ -195,8 +192,7 @@ def sherpa_frames_agreement(layout, model, tokenizer, features, waves: list[np.n
 def _decode_in_this_process(export_dir: str, audio: str, threads: int, wenet: list[int] | None) -> list[list[str]]:
     """``wenet``: (chunk_size, left_chunks, feature bins) of a Wenet CTC export (sherpa-onnx takes them as
     options); None: a NeMo CTC export."""
-    import sherpa_onnx
-
+    sherpa_onnx = require("sherpa_onnx", "sherpa", "decoding with sherpa-onnx")
     folder = Path(export_dir)
     files = {"tokens": str(folder / "tokens.txt"), "model": str(folder / "model.onnx"), "num_threads": threads,
              "sample_rate": SAMPLE_RATE, "decoding_method": "greedy_search"}

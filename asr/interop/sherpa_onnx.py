@@ -47,8 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from asr.data.features import SHERPA, FeatureConfig
-from asr.interop.sherpa_check import tail_seconds
+from asr.data.features import FRAME_SHIFT_S, SHERPA, FeatureConfig
+from asr.extras import require
 from asr.model.normalization import CmnState
 from asr.model.sinusoid import sinusoid_table
 
@@ -296,7 +296,8 @@ def export_sherpa_onnx(step: SherpaCtcStep, tokenizer, out_dir: str | Path) -> t
 def write_export(step: nn.Module, tokenizer, out_dir: str | Path, input_names, output_names,
                  dynamic_shapes: dict | None = None) -> tuple[Path, Path]:
     """``step`` traced into ``out_dir/model.onnx`` with its layout's metadata, and ``tokens.txt``."""
-    import onnx
+    require("onnxscript", "export", "the sherpa-onnx export")  # what torch.onnx.export(dynamo=True) runs on
+    onnx = require("onnx", "export", "the sherpa-onnx export")
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -364,53 +365,16 @@ class SherpaRunner:
         return np.concatenate(outs) if outs else np.zeros((0, lay.vocab_size), np.float32)
 
 
-@dataclass
-class SherpaExport:
-    """What :func:`export_checkpoint` wrote: sherpa-onnx's ``model_type`` (``nemo_ctc`` or ``wenet_ctc``),
-    the files, the layout (``SherpaLayout`` / ``asr.interop.sherpa_wenet.WenetLayout``), the sherpa-onnx
-    commands that run them, and what the user must know (``warnings``)."""
-
-    model_type: str
-    model_path: Path
-    tokens_path: Path
-    layout: object
-    commands: list[str]
-    warnings: list[str]
-
-
-def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, chunk_size: int, left_chunks: int) -> SherpaExport:
-    """Load a checkpoint, check that sherpa-onnx can run it, write model.onnx + tokens.txt.
-
-    The format follows the model's fbank: sherpa-onnx's NeMo CTC format when the model was trained
-    on the frames sherpa-onnx computes for it (``features=sherpa``: exact), else its Wenet CTC format,
-    whose Kaldi fbank is Wenet's up to the options ``asr.interop.sherpa_wenet`` tolerates and warns
-    about (an imported Wenet model, or one trained with Wenet's features). Raises
-    :class:`SherpaExportError` (what sherpa-onnx cannot run, named), or the checkpoint's own loading
-    errors (``asr.train.checkpoint_file.CheckpointError``: one without a tokenizer among them).
-    """
-    from asr.train.checkpoint import load_model
-
-    model, tokenizer, cfg = load_model(ckpt_path)
-    features = FeatureConfig.from_dict(cfg.features)
-    if sherpa_feature_problems(features):
-        from asr.interop import sherpa_wenet
-
-        check_streamable(model, chunk_size, left_chunks, tokenizer)
-        sherpa_wenet.check_wenet_exportable(model, features, chunk_size, left_chunks)
-        step = sherpa_wenet.WenetCtcStep(model, chunk_size, left_chunks)
-        paths = sherpa_wenet.export_wenet_ctc(step, tokenizer, out_dir)
-        return SherpaExport("wenet_ctc", *paths, step.layout, sherpa_wenet.run_commands(out_dir, step.layout),
-                            sherpa_wenet.gap_warnings(features, ckpt_path, out_dir))
-    check_exportable(model, features, chunk_size, left_chunks, tokenizer)
-    step = SherpaCtcStep(model, chunk_size, left_chunks)
-    paths = export_sherpa_onnx(step, tokenizer, out_dir)
-    return SherpaExport("nemo_ctc", *paths, step.layout, run_commands(out_dir, step.layout), [])
-
-
 def check_exportable_tokenizer(tokenizer) -> None:
     if tokenizer is None:
         raise SherpaExportError("no tokenizer: tokens.txt (the symbols sherpa-onnx prints) needs the model's "
                                 "tokenizer; the checkpoint holds none and its tokenizer_path is gone.")
+
+
+def tail_seconds(layout) -> float:
+    """Zeros after an utterance that let sherpa-onnx decode its last real frames (a window and a shift, + 0.1 s):
+    it decodes a chunk only once more than its window of frames is there and drops the last partial chunk."""
+    return (layout.window + layout.shift) * FRAME_SHIFT_S + 0.1
 
 
 def run_commands(out_dir: str | Path, layout: SherpaLayout) -> list[str]:

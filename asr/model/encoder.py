@@ -402,12 +402,8 @@ def build_encoder(pos_enc: str = "rel_xl", **kwargs) -> ConformerEncoder:
     """Build a :class:`ConformerEncoder` (the factory configs and checkpoints call).
 
     ``pos_enc`` is one of :data:`asr.model.positions.POSITION_SCHEMES`; every
-    other keyword is a :class:`ConformerEncoder` argument (input_dim=80,
-    d_model=144, num_heads=4, num_layers=2, ffn_dim=576, conv_kernel=15,
-    causal=True, subsampling=4, subsampling_channels=None, dropout=0.0,
-    xscale=True, online_cmn_frames=0.0, online_cmn_gate_db=0.0, online_cmn_noise_snr_db=0.0,
-    conv_norm="layer_norm", conv_causal_pad="depthwise", chunk_lookahead=0)
-    or a scheme option
-    (``max_distance`` for shaw/rel_bias, ``max_len`` for abs_learned, ``base`` for rope).
+    other keyword is a :class:`ConformerEncoder` argument (its signature holds the
+    defaults) or a scheme option (``max_distance`` for shaw/rel_bias, ``max_len`` for
+    abs_learned, ``base`` for rope).
     """
     return ConformerEncoder(pos_enc, **kwargs)

@@ -82,10 +82,8 @@ class Conv2dSubsampling(nn.Module):
             in_channels = width
         self.conv = nn.Sequential(*layers)
         # Channels-last weights make oneDNN run the convolutions in NHWC, without reordering the
-        # activations per call: this front end's forward + backward took 0.37 s instead of 0.61 s
-        # (B = 64 x 300 frames, 64 channels, one CPU thread), and decoding the quickstart test split
-        # on one thread 1.16x less time; the 2-thread quickstart training step did not change
-        # measurably. Same numbers up to rounding order; a state dict loads into it as into any module.
+        # activations per call: a faster front end in training and decoding (data/results/speed.md).
+        # Same numbers up to rounding order; a state dict loads into it as into any module.
         self.conv.to(memory_format=torch.channels_last)
         self.out = nn.Linear(width * freq, d_model)
         self.rate = rate

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from asr.extras import require
 from asr.model.positions import TooLongForTable
 from asr.model.sinusoid import sinusoid_table
 
@@ -196,7 +197,8 @@ def export_onnx(step: EncoderStep, path: str | Path) -> Path:
     The dynamo exporter is the one that lowers the attention's custom autograd
     Functions to plain ops; the TorchScript-based one stops at them.
     """
-    import onnx
+    require("onnxscript", "export", "ONNX export")  # what torch.onnx.export(dynamo=True) runs on
+    onnx = require("onnx", "export", "ONNX export")
 
     path = Path(path)
     torch.onnx.export(

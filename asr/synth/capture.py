@@ -48,8 +48,8 @@ from asr.data.audio import cached_resampler, float_to_int16
 from asr.data.dataset import cut_text
 from asr.data.features import SAMPLE_RATE
 from asr.data.manifest import read_cuts, write_cuts
-from asr.synth import corpus
 from asr.synth.conditions import COMPANDING_LAWS, NOISE_COLOURS, coloured_noise, telephone_channel
+from asr.synth.utterance import UtteranceMeta, to_cut
 
 FAMILIES = ("resample", "resample_aliased", "agc", "denoise", "telephone", "codec", "clip")
 CODECS = {"mp3": ("MP3", "MPEG_LAYER_III"), "vorbis": ("OGG", "VORBIS"), "opus": ("OGG", "OPUS")}
@@ -346,8 +346,8 @@ def build_capture_split(data_dir: str | Path, source_split: str = "test", seed: 
         rel_path = f"audio/capture/{source_split}/{cut.id}.flac"
         sf.write(out / rel_path, samples, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
         speaker = cut.supervisions[0].speaker or "unknown"
-        meta = corpus.UtteranceMeta(f"capture-{cut.id}", rel_path, cut_text(cut), speaker, 0, 0, samples.size)
-        new = corpus.to_cut(meta)
+        meta = UtteranceMeta(f"capture-{cut.id}", rel_path, cut_text(cut), speaker, 0, 0, samples.size)
+        new = to_cut(meta)
         new.custom = {"capture": capture.describe(), "family": capture.family, "voice": speaker,
                       "speaker": speaker, "source_cut": cut.id}
         cuts.append(new)

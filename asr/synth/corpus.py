@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import torch
-from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse import CutSet
 from tqdm import tqdm
 
 from asr.data.audio import float_to_int16, resample_int16
+from asr.extras import require
 from asr.synth.formants import draw_scale_rate, scale_frequencies
+from asr.synth.utterance import UtteranceMeta, to_cut
 from asr.synth.capture import TRAIN_RANGES, CaptureRanges, apply_capture, draw_capture
 from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.synth.live import LiveRanges, apply_live, draw_live
@@ -55,15 +57,15 @@ class SynthProfile:
     varied_voices: bool  # VARIED_EXTRA_VARIANTS too, wider rate/pitch, intonation range, word gaps
     conditions: ConditionRanges | None  # rooms, noise, channel, level (asr.synth.conditions)
     # Silence before and after the sentence, each drawn from this range (seconds). eSpeak starts
-    # speaking at the first sample and stops at the last; recordings and other engines do not
-    # (flite: 170-250 ms before, 70-150 ms after), and a model that never heard silence says
-    # "and" or "but" into it (about one such word an utterance on the flite split).
+    # speaking at the first sample and stops at the last; recordings and other engines do not, and
+    # a model that never heard silence says "and" or "but" into it
+    # (data/results/corpus_profiles.md, "Why the profile fields").
     edge_silence_s: tuple[float, float] | None = None
     # The "silence" is a white noise floor this many dB below the utterance's peak, under the
     # whole utterance. Digital zeros would not do: with no dither, a silent frame's log-mel is
-    # log(float eps) = -15.9 against ~15 for speech, and padding with zeros moved the CMVN means
-    # by 5 and doubled the deviations (a run stopped at 94% dev WER at step 760). At -90 dB the
-    # int16 rounding still leaves mostly zeros, like flite's rms voice (floor at -86 dB).
+    # log(float eps), far below speech, and zero padding drags the CMVN statistics until training
+    # stalls (the same record). At the quiet end the int16 rounding still leaves mostly zeros, like
+    # flite's quietest voice.
     noise_floor_db: tuple[float, float] = (-90.0, -45.0)
     # This share of the utterances is read by SVOX Pico instead of eSpeak (asr.synth.pico):
     # another engine's phones, with speakers made by formant scaling.
@@ -74,7 +76,7 @@ class SynthProfile:
     neural_hibari_weight: float = 0.5  # of the neural share, Hibari's part (the rest: Piper's joe)
     # eSpeak's utterances get their formants (and pitch) scaled by a factor drawn from this range
     # (asr.synth.formants.scale_frequencies): eSpeak's variants differ mostly in pitch, and a model
-    # trained on them loses 30 points of test WER when the formants of its test voices move by +-15%.
+    # trained on them falls apart when the formants of its test voices move (the same record).
     espeak_formant_scale: tuple[float, float] | None = None
     # This share of the train utterances are passages: 2-5 sentences by one voice with pauses
     # (asr.synth.passages); the rest stay single sentences.
@@ -144,7 +146,7 @@ PROFILES = {
                                 espeak_formant_scale=(0.85, 1.15)),
     "neural": NEURAL_PROFILE,
     # the neural voices read the majority: eSpeak 35%, Pico 10%, Hibari 38.5%, Piper 16.5%
-    # (Hibari is ~6x cheaper to run than Piper)
+    # (Hibari the larger part: it runs much cheaper than Piper, data/results/corpus_profiles.md)
     "neural_major": SynthProfile(varied_voices=False, conditions=None, pico_share=0.1, neural_share=0.55,
                                  neural_hibari_weight=0.7, espeak_formant_scale=(0.85, 1.15)),
     # neural with Hibari 80% of the neural share (eSpeak 50%, Pico 15%, Hibari 28%, Piper 7%): better on
@@ -200,21 +202,6 @@ class SynthConfig:
     def hours(self, split: str) -> float:
         return {"train": self.train_hours, "dev": self.dev_hours, "test": self.test_hours,
                 "long": self.long_hours}[split]
-
-
-@dataclass(frozen=True)
-class UtteranceMeta:
-    cut_id: str
-    audio_path: str  # relative to the corpus folder
-    text: str
-    voice: str
-    rate: int
-    pitch: int
-    num_samples: int
-    pitch_span: int = 50
-    word_gap: int = 0
-    conditions: str | None = None  # Conditions.describe(), or "none", for a train utterance of a non-clean profile
-    passage: bool = False  # several sentences with pauses (asr.synth.passages)
 
 
 # per-process worker state, set once by _init_worker (Pico on first use: most profiles never need it)
@@ -448,25 +435,6 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
                          voice.pitch_span, voice.word_gap, conditions, passage)
 
 
-def to_cut(meta: UtteranceMeta) -> MonoCut:
-    duration = meta.num_samples / SAMPLE_RATE
-    rec = Recording(
-        id=meta.cut_id, sources=[AudioSource(type="file", channels=[0], source=meta.audio_path)],
-        sampling_rate=SAMPLE_RATE, num_samples=meta.num_samples, duration=duration,
-    )
-    sup = SupervisionSegment(
-        id=meta.cut_id, recording_id=meta.cut_id, start=0.0, duration=duration, channel=0,
-        text=meta.text, language="en", speaker=meta.voice,
-    )
-    custom = {"voice": meta.voice, "rate": meta.rate, "pitch": meta.pitch, "speaker": meta.voice}
-    if meta.conditions is not None:
-        custom.update(pitch_span=meta.pitch_span, word_gap=meta.word_gap, conditions=meta.conditions)
-    if meta.passage:
-        custom["passage"] = True
-    return MonoCut(id=meta.cut_id, start=0.0, duration=duration, channel=0, recording=rec,
-                   supervisions=[sup], custom=custom)
-
-
 def start_pool(workers: int):
     """Set up synthesis in this process and return a pool of ``workers`` (None for one).
 
@@ -517,6 +485,8 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
         log(f"train: built with profile {built_profile!r}, {cfg.profile!r} asked: rebuilding it")
         todo.insert(0, "train")
     made_seconds, started = 0.0, time.perf_counter()
+    if todo:
+        require("espeakng_loader", "synth", "the synth corpus")  # here, not in a pool worker's initializer
     if "train" in todo and PROFILES[cfg.profile].pico_share > 0:
         PicoSynthesizer()  # without ttspico: say how to install it now, not from inside a pool worker
     if "train" in todo and PROFILES[cfg.profile].neural_share > 0:

@@ -14,6 +14,8 @@ import ctypes
 
 import numpy as np
 
+from asr.extras import require
+
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _POS_CHARACTER = 1
 _ESPEAK_CHARS_AUTO = 0
@@ -28,8 +30,7 @@ class EspeakSynthesizer:
     """Text -> int16 mono waveform at `sample_rate` (22050 Hz), reproducible for a given seed."""
 
     def __init__(self) -> None:
-        import espeakng_loader
-
+        espeakng_loader = require("espeakng_loader", "synth", "eSpeak NG (the synth corpus)")
         self.library_path = str(espeakng_loader.get_library_path())
         self.data_path = str(espeakng_loader.get_data_path())
         self._libc = ctypes.CDLL("libc.so.6")

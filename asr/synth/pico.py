@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asr.extras import require
 from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 
@@ -69,12 +70,8 @@ class PicoSynthesizer:
     """
 
     def __init__(self) -> None:
-        try:
-            import ttspico
-        except ImportError as err:
-            raise RuntimeError("the 'pico' synth profile needs SVOX Pico: pip install ttspico "
-                               "(builds from source with a C compiler)") from err
-        self._engine_class = ttspico.TtsEngine
+        # ttspico builds from source: the extra needs a C compiler
+        self._engine_class = require("ttspico", "synth", "SVOX Pico (the synth corpus's pico voices)").TtsEngine
 
     def synthesize(self, text: str, voice: PicoVoice) -> np.ndarray:
         if voice.language not in PICO_LANGUAGES:

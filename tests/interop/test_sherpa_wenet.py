@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from asr.data.features import SHERPA, FbankExtractor, FeatureConfig
-from asr.interop.sherpa_onnx import (SherpaCtcStep, SherpaExportError, SherpaRunner, export_checkpoint,
-                                     export_sherpa_onnx)
+from asr.interop.sherpa_export import export_checkpoint
+from asr.interop.sherpa_onnx import SherpaCtcStep, SherpaExportError, SherpaRunner, export_sherpa_onnx
 from asr.interop.sherpa_wenet import (INPUT_NAMES, SHERPA_WENET, WenetCtcStep, WenetRunner, check_wenet_exportable,
                                       export_wenet_ctc)
 from asr.interop.wenet import import_wenet, write_checkpoint

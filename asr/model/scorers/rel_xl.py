@@ -133,8 +133,8 @@ def relative_sinusoids(keys: int, queries: int, dim: int, device: torch.device, 
     need = max(keys, queries)
     if tracing():
         # A table built while torch.export / torch.compile traces is the tracer's tensor,
-        # not data: cached, it corrupted every later eager step in the process (an ONNX
-        # export followed by eager streaming differed by 0.04). Build it fresh, keep nothing.
+        # not data: cached, it corrupted every later eager step in the process
+        # (data/results/attention.md). Build it fresh, keep nothing.
         r = torch.arange(keys - 1, -queries, -1, device=device, dtype=torch.float64)  # (K+C-1,)
         return sinusoid_table(r, dim).to(dtype)
     key = (dim, device, dtype, torch.is_inference_mode_enabled())
@@ -266,8 +266,8 @@ class RelXLTerm(PositionTerm):
         # (H, C, B, Dh): a query block is then one (H, c*B, Dh) view, all utterances against one window.
         self.q_pos = (q_s + v_s[None, :, None, :]).permute(1, 2, 0, 3).contiguous()
         # Contiguous (a projected table is (R, H, Dh) underneath) and WIDTH_STEP zero rows longer, so
-        # every window can be read WIDTH_STEP-aligned: a (c*B, Dh) x (Dh, 639) product ran 1.4x slower
-        # per flop than x (Dh, 640) (MKL, one thread).
+        # every window can be read WIDTH_STEP-aligned: MKL runs an unaligned width slower per flop
+        # (data/results/attention.md).
         self.p = torch.nn.functional.pad(self.tensors[2], (0, WIDTH_STEP)).contiguous()  # (H, Dh, R + WIDTH_STEP)
         self._grad_bd: dict[tuple[int, int], Tensor] = {}
         if backward:
