@@ -11,6 +11,8 @@ from torch import Tensor, nn
 from asr.model.scorers.band import add_band_, band_expand_summed, band_sums
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.fused import ScoreMod, flex_attend, sdpa_attend
+from asr.model.scorers.routes import EXPLICIT, FLEX, route_for
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -38,8 +40,28 @@ class RelBiasScorer(ClippedDistanceScorer):
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
         return logits.add_(self.bias(q.size(2), k.size(2)))
 
+    def table_score_mod(self, queries: int, keys: int) -> ScoreMod:
+        """A score_mod adding the table at each (query, key)'s bucket: no (C, K) tensor is built."""
+        table, k, first_query = self.rel_bias, self.max_distance, keys - queries
+
+        def score_mod(score, b, h, qi, kj):
+            return score + table[h, (kj - qi - first_query).clamp(-k, k) + k]
+
+        return score_mod
+
+    def _fused(self, route: str, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        """The ``flex`` or ``sdpa_bias`` route (``asr.model.scorers.routes``)."""
+        c, kk = q.size(2), k.size(2)
+        dropout = self.dropout if self.training else 0.0
+        if route == FLEX and dropout == 0.0:
+            return flex_attend(q * self.scale, k, v, mask, self.table_score_mod(c, kk))
+        return sdpa_attend(q * self.scale, k, v, mask, dropout, bias=self.bias(c, kk)[None])  # bias (1, H, C, K)
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
+        route = route_for(self.scheme, q.device)
+        if route != EXPLICIT:
+            return self._fused(route, q, k, v, mask)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_bias)):
             return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias),
                                      dropout=self.dropout if self.training else 0.0)

@@ -23,6 +23,7 @@ from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.band import add_band_, band_expand, band_expand_summed, band_sums, one_edge_bucket
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.routes import route_for
 
 
 class ShawScorer(ClippedDistanceScorer):
@@ -54,6 +55,7 @@ class ShawScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
+        route_for(self.scheme, q.device)  # no fused route (asr.model.scorers.routes); a forced one raises
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_k)):
             q_s = q * self.scale
             rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)
