@@ -8,7 +8,7 @@ their query side) and returns (B, H, C, Dh), zeros for query rows with no allowe
 explicit paths do (``prepare_mask``).
 
 Flex masks: a :class:`FlexMask` (the ``BlockMask`` plus the rows that see some key) is built
-from the mask object the encoder hands every layer, and kept for the next call with the same
+from the mask object the encoder hands every layer, and kept for the next calls with the same
 object, shape and device: the layers of one forward share one mask object, so the block mask
 is built once per batch. A :class:`~asr.model.masks.ChunkMask` gives an arithmetic
 ``mask_mod`` (no (B, T', T') tensor); a dense bool mask is read per element.
@@ -19,20 +19,20 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import sdpa_kernel
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, and_masks, create_block_mask, flex_attention
 
 from asr.model.masks import ChunkMask
 from asr.model.scorers.base import CUDA_SDPA_BACKENDS, check_mask, prepare_mask
 from asr.model.scorers.blocked import Mask
 from asr.model.tracing import tracing
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def sdpa_attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, dropout: float = 0.0,
@@ -49,6 +49,7 @@ def sdpa_attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, dropout: float = 0.
         (B, H, C, Dh).
     """
     b, _, c, _ = q.shape
+    q, k = q.to(v.dtype), k.to(v.dtype)  # under autocast the parameter-biased queries come out float32
     mask4, row_valid = prepare_mask(mask, b, c, k.size(2))  # (B, 1, C|1, K), (B, 1, C|1, 1)
     attn_mask = mask4
     if bias is not None:
@@ -103,70 +104,104 @@ def _dense_mask_mod(mask: Tensor, batch: int, queries: int, keys: int):
     return (lambda b, h, qi, kj: rows[b, qi, kj]), row_valid[:, 0, :, 0]
 
 
-def build_flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: torch.device) -> FlexMask:
-    """The :class:`FlexMask` of ``mask`` (None, bool (B, C|1, K), or a ChunkMask) for C queries, K keys."""
+def build_flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: torch.device,
+                    region: Optional[MaskMod] = None) -> FlexMask:
+    """The :class:`FlexMask` of ``mask`` (None, bool (B, C|1, K), or a ChunkMask) for C queries, K keys;
+    ``region``: a mask_mod further restricting the keys (rows it leaves empty stay empty: lse -inf)."""
     check_mask(mask, batch, queries, keys)
-    if mask is None:
+    if mask is None and region is None:
         return FlexMask(None, None)
-    if isinstance(mask, ChunkMask):
-        mask_mod, valid = _chunk_mask_mod(mask, device)
+    valid = None
+    if mask is None:
+        mask_mod = region
     else:
-        mask_mod, valid = _dense_mask_mod(mask.to(device), batch, queries, keys)
+        if isinstance(mask, ChunkMask):
+            mask_mod, valid = _chunk_mask_mod(mask, device)
+        else:
+            mask_mod, valid = _dense_mask_mod(mask.to(device), batch, queries, keys)
+        valid = valid[:, None, :, None]  # (B, 1, C|1, 1)
+        if region is not None:
+            mask_mod = and_masks(mask_mod, region)
     block_mask = create_block_mask(mask_mod, batch, None, queries, keys, device=device)
-    return FlexMask(block_mask, valid[:, None, :, None])  # (B, 1, C|1, 1)
+    return FlexMask(block_mask, valid)
 
 
-# The last mask object seen and its FlexMask: every layer of a forward passes the same object.
-_LAST_MASK: list = [None, None, None]  # [weakref to the mask, (B, C, K, device), FlexMask]
+# FlexMasks of the mask objects seen last, keyed by (id, shape, device, region tag), each with a weak
+# reference that tells a reused id from the same object: every layer of a forward passes the same object.
+_CACHE: dict[tuple, tuple[weakref.ref, FlexMask]] = {}
+_CACHE_SIZE = 4
 
 
-def flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: torch.device) -> FlexMask:
-    """:func:`build_flex_mask`, reused while the same mask object comes back with the same shape.
-    While tracing it is built in the graph each time (the compiler sees no cache)."""
+def flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: torch.device,
+              region: Optional[tuple[Hashable, MaskMod]] = None) -> FlexMask:
+    """:func:`build_flex_mask`, reused while the same mask object comes back with the same shape and
+    region (``region``: (a hashable tag that names it, its mask_mod)). While tracing it is built in
+    the graph each time (the compiler sees no cache)."""
+    region_mod = None if region is None else region[1]
     if mask is None or tracing():
-        return build_flex_mask(mask, batch, queries, keys, device)
-    ref, key, cached = _LAST_MASK
-    shape = (batch, queries, keys, device)
-    if ref is not None and ref() is mask and key == shape:
-        return cached
-    built = build_flex_mask(mask, batch, queries, keys, device)
-    _LAST_MASK[:] = [weakref.ref(mask), shape, built]
+        return build_flex_mask(mask, batch, queries, keys, device, region_mod)
+    key = (id(mask), batch, queries, keys, device, None if region is None else region[0])
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is mask:
+        return hit[1]
+    built = build_flex_mask(mask, batch, queries, keys, device, region_mod)
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = (weakref.ref(mask), built)
     return built
 
 
-_COMPILED_FLEX: list = []
+# Compiled kernels, one per kernel function: each is its own compiled frame, so the schemes' score_mods
+# do not share (and exhaust) one frame's recompile budget.
+_COMPILED: dict[Callable, Callable] = {}
 
 
-def _flex() -> Callable:
-    """flex_attention compiled (eager flex is an unfused reference); as it is inside a traced graph."""
+def compiled(kernel: Callable) -> Callable:
+    """``kernel`` compiled (eager flex is an unfused reference); as it is inside a traced graph."""
     if tracing():
-        return flex_attention
-    if not _COMPILED_FLEX:
-        _COMPILED_FLEX.append(torch.compile(flex_attention))
-    return _COMPILED_FLEX[0]
+        return kernel
+    if kernel not in _COMPILED:
+        _COMPILED[kernel] = torch.compile(kernel)
+    return _COMPILED[kernel]
 
 
-def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, score_mod: Optional[ScoreMod]) -> Tensor:
-    """FlexAttention on pre-scaled queries with the scheme's ``score_mod`` and the mask's BlockMask.
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, kernel: Callable, *tensors: Tensor,
+                region: Optional[tuple[Hashable, MaskMod]] = None, return_lse: bool = False):
+    """FlexAttention on pre-scaled queries through a scheme's ``kernel`` and the mask's BlockMask.
 
     Args:
         q: (B, H, C, Dh) scaled queries; k, v: (B, H, K, Dh).
         mask: None, bool (B, C|1, K) or a ChunkMask.
-        score_mod: (score, b, h, q_idx, kv_idx) -> score, reading the position term from
-            tensors it captures (their gradients flow on CUDA).
+        kernel: ``kernel(q, k, v, block_mask, *tensors, return_lse=...)``, a module-level function
+            that builds the scheme's score_mod from ``tensors`` (the position term; their gradients
+            flow on CUDA) and returns :func:`flex_attention`'s output (out, or (out, aux) with the lse).
+        region: (tag, mask_mod) restricting the keys further (see :func:`flex_mask`).
+        return_lse: also return each row's log-sum-exp of the modified scores (B, H, C) float32
+            (-inf for a row without keys), through which gradients flow.
     Returns:
-        (B, H, C, Dh).
+        out (B, H, C, Dh), zeros for rows without keys; with ``return_lse``, (out, lse).
     """
     b, _, c, _ = q.shape
-    masks = flex_mask(mask, b, c, k.size(2), q.device)
-    out = _flex()(q, k, v, score_mod=score_mod, block_mask=masks.block_mask, scale=1.0)
-    return out if masks.row_valid is None else out * masks.row_valid
+    q, k = q.to(v.dtype), k.to(v.dtype)  # under autocast the parameter-biased queries come out float32
+    masks = flex_mask(mask, b, c, k.size(2), q.device, region)
+    result = compiled(kernel)(q, k, v, masks.block_mask, *tensors, return_lse=return_lse)
+    out, lse = (result[0], result[1].lse) if return_lse else (result, None)
+    if masks.row_valid is not None:
+        out = out * masks.row_valid
+    return (out, lse) if return_lse else out
 
 
-def bias_score_mod(bias: Tensor) -> ScoreMod:
-    """A score_mod adding ``bias`` (B, H, C, K) at each (query, key)."""
+def lse_request(return_lse: bool) -> Optional[AuxRequest]:
+    """flex_attention's ``return_aux`` for a kernel asked for the log-sum-exp or not."""
+    return AuxRequest(lse=True) if return_lse else None
+
+
+def bias_kernel(q: Tensor, k: Tensor, v: Tensor, block_mask: Optional[BlockMask], bias: Tensor,
+                return_lse: bool = False):
+    """A flex kernel adding ``bias`` (B, H, C, K) at each (query, key)."""
 
     def score_mod(score, b, h, qi, kj):
         return score + bias[b, h, qi, kj]
 
-    return score_mod
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0,
+                          return_aux=lse_request(return_lse))

@@ -20,6 +20,10 @@ each block with its own window of P, and shifts each block with the same strided
 view. For C = K = 512 and blocks of 64 that is 575 instead of 1023 positional
 columns per query: about 45% less work and memory in the BD matmul and its
 backward. The window of block n starts ``(nb-1-n) * c`` rows into P.
+
+On CUDA (``asr.model.scorers.routes``) the same blocks give the shifted BD term alone,
+(B, H, C, K), which a fused kernel adds to its own (q + u) k^T: FlexAttention reads it in a
+score_mod, SDPA takes it as a float bias.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from torch import Tensor
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
-from asr.model.scorers.fused import bias_score_mod, flex_attend, sdpa_attend
+from asr.model.scorers.fused import bias_kernel, flex_attend, sdpa_attend
 from asr.model.scorers.routes import EXPLICIT, FLEX, route_for
 from asr.model.sinusoid import sinusoid_table
 from asr.model.tracing import tracing
@@ -249,7 +253,7 @@ class RelXLScorer(AttentionScorer):
         bias = self.position_bias(q, k.size(2))  # (B, H, C, K)
         dropout = self.dropout if self.training else 0.0
         if route == FLEX and dropout == 0.0:
-            return flex_attend(q_u, k, v, mask, bias_score_mod(bias))
+            return flex_attend(q_u, k, v, mask, bias_kernel, bias)
         return sdpa_attend(q_u, k, v, mask, dropout, bias=bias)
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:

@@ -14,13 +14,14 @@ Routes:
   term from a captured tensor (rel_xl: the shifted BD band; rel_bias: the (H, 2k+1) table itself,
   so nothing of size C x K exists) and a ``BlockMask`` carries padding, chunks and left context,
   built once per mask object (``asr.model.scorers.fused``) and so once per batch for all layers.
-  Flex has no attention dropout: a call with dropout active takes ``sdpa_bias`` instead.
+  Flex has no attention dropout: a call with dropout active takes ``sdpa_bias`` instead (shaw:
+  its explicit path).
 * ``joint_sdpa`` (wenet_rel): both logit terms are one dot product over 2 Dh channels,
   ``[q + u, q + v] . [k ; P]``, so plain SDPA with a bool mask computes the exact logits: no bias.
 
-Shaw has no fused route: its value term ``sum_j p_ij aV[clip(j - i)]`` needs each row's
-probability mass per distance bucket, which neither SDPA nor FlexAttention hands back (a
-score_mod changes logits, not values); it stays ``explicit`` on every device.
+Shaw's value term ``sum_j p_ij aV[clip(j - i)]`` is no score_mod (it mixes values, not logits):
+its ``flex`` route rebuilds each row's probability mass per bucket from the kernel's exact
+log-sum-exps (``asr.model.scorers.shaw_flex``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
+
+from asr.model.scorers import blocked
 
 EXPLICIT = "explicit"
 SDPA_BIAS = "sdpa_bias"
@@ -40,7 +43,7 @@ FUSED_ROUTES: dict[str, tuple[str, ...]] = {
     "rel_xl": (FLEX, SDPA_BIAS),
     "wenet_rel": (JOINT_SDPA,),
     "rel_bias": (FLEX, SDPA_BIAS),
-    "shaw": (),
+    "shaw": (FLEX,),
 }
 
 # The route each scheme takes on CUDA, with the reason.
@@ -52,9 +55,14 @@ CUDA_ROUTES: dict[str, str] = {
     "wenet_rel": JOINT_SDPA,
     # The score_mod gathers from the (H, 2k+1) table: no (C, K) bias is ever built or stored.
     "rel_bias": FLEX,
-    # No kernel returns the per-bucket probability mass its value term needs (module docstring).
-    "shaw": EXPLICIT,
+    # The key term is a score_mod over the tiny (B, H, C, 2k+1) q aK^T; the value term costs a
+    # second, block-sparse flex call for the far-left mass and a (C, 2k-1) band (shaw_flex).
+    "shaw": FLEX,
 }
+# Routes that build a (C, K) position bias: under ``blocked.forced()`` (the decoding memory guard,
+# which budgets for the blocked path's O(C + K) memory) the table's choice yields to ``explicit``.
+DENSE_BIAS_ROUTES = {("rel_xl", FLEX), ("rel_xl", SDPA_BIAS), ("rel_bias", SDPA_BIAS)}
+
 ROUTE_NAMES = (SDPA_BIAS, FLEX, JOINT_SDPA)
 _FORCED: Optional[str] = None
 
@@ -77,10 +85,14 @@ def forced_route(route: str) -> Iterator[None]:
 
 def route_for(scheme: str, device: torch.device) -> str:
     """The route ``scheme``'s scorer takes for a call on ``device``: the forced one, else
-    ``CUDA_ROUTES`` on CUDA and ``explicit`` elsewhere."""
+    ``CUDA_ROUTES`` on CUDA (``explicit`` for a dense-bias route under ``blocked.forced()``)
+    and ``explicit`` elsewhere."""
     if _FORCED is not None:
         if _FORCED != EXPLICIT and _FORCED not in FUSED_ROUTES[scheme]:
             raise ValueError(f"{scheme} has no {_FORCED!r} attention route; it has "
                              f"{[EXPLICIT, *FUSED_ROUTES[scheme]]}.")
         return _FORCED
-    return CUDA_ROUTES[scheme] if device.type == "cuda" else EXPLICIT
+    if device.type != "cuda":
+        return EXPLICIT
+    route = CUDA_ROUTES[scheme]
+    return EXPLICIT if (scheme, route) in DENSE_BIAS_ROUTES and blocked.is_forced() else route
