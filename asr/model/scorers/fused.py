@@ -128,7 +128,7 @@ def build_flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: tor
 
 # FlexMasks of the mask objects seen last, keyed by (id, shape, device, region tag), each with a weak
 # reference that tells a reused id from the same object: every layer of a forward passes the same object.
-_CACHE: dict[tuple, tuple[weakref.ref, FlexMask]] = {}
+_CACHE: dict[tuple, tuple[Optional[weakref.ref], FlexMask]] = {}
 _CACHE_SIZE = 4
 
 
@@ -138,16 +138,16 @@ def flex_mask(mask: Mask, batch: int, queries: int, keys: int, device: torch.dev
     region (``region``: (a hashable tag that names it, its mask_mod)). While tracing it is built in
     the graph each time (the compiler sees no cache)."""
     region_mod = None if region is None else region[1]
-    if mask is None or tracing():
+    if tracing() or (mask is None and region is None):
         return build_flex_mask(mask, batch, queries, keys, device, region_mod)
-    key = (id(mask), batch, queries, keys, device, None if region is None else region[0])
+    key = (None if mask is None else id(mask), batch, queries, keys, device, None if region is None else region[0])
     hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is mask:
+    if hit is not None and (mask is None or hit[0]() is mask):
         return hit[1]
     built = build_flex_mask(mask, batch, queries, keys, device, region_mod)
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = (weakref.ref(mask), built)
+    _CACHE[key] = (None if mask is None else weakref.ref(mask), built)
     return built
 
 
