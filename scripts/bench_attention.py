@@ -16,8 +16,9 @@ path); the ``<scheme>/blocked`` rows force the exact blocked attention
 fused attention route the scheme has (``asr.model.scorers.routes``: ``flex``, ``sdpa_bias``,
 ``joint_sdpa``; on CUDA a scheme's own row is its default route, and ``<scheme>/explicit`` forces
 the explicit path for comparison). FlexAttention has no backward on the CPU: there its rows time
-the forward alone, against SDPA's forward alone (the ``sdpa/fwd`` row), and save nothing;
-compiling it on the CPU takes minutes (``--no-flex`` leaves those rows out):
+the forward alone, against SDPA's forward alone (the ``sdpa/fwd`` row), and save nothing
+(``shaw/flex`` needs flex's log-sum-exp, which the CPU kernel lacks: CUDA only); compiling it on
+the CPU takes minutes (``--no-flex`` leaves those rows out):
 
 * time: the median over repeats of (scheme time / SDPA time), where each repeat
   times every scheme and the baseline back to back (interleaved, best of 3 runs
@@ -120,6 +121,8 @@ def route_rows(flex: bool) -> list[str]:
     rows = []
     for name in POSITION_SCHEMES:
         routes = [route for route in FUSED_ROUTES.get(name, ()) if flex or route != FLEX]
+        if DEVICE.type == "cpu" and name == "shaw":  # its flex route needs the log-sum-exp: not compiled on the CPU
+            routes = [route for route in routes if route != FLEX]
         if routes and DEVICE.type == "cuda":
             rows.append(f"{name}/{EXPLICIT}")
         rows += [f"{name}/{route}" for route in routes]
@@ -140,8 +143,8 @@ def step(core, inputs, backward: bool = True) -> None:
     """One forward + backward (``backward`` False: the forward alone, without autograd); grads
     cleared so accumulation does not add a pass."""
     if not backward:
-        with torch.no_grad():
-            core(*inputs)
+        with torch.no_grad():  # detached too: flex on the CPU refuses inputs that require grad at all
+            core(*(t.detach() for t in inputs))
         return
     for t in inputs:
         t.grad = None

@@ -59,6 +59,7 @@ CUDA_ROUTES: dict[str, str] = {
     # second, block-sparse flex call for the far-left mass and a (C, 2k-1) band (shaw_flex).
     "shaw": FLEX,
 }
+
 # Routes that build a (C, K) position bias: under ``blocked.forced()`` (the decoding memory guard,
 # which budgets for the blocked path's O(C + K) memory) the table's choice yields to ``explicit``.
 DENSE_BIAS_ROUTES = {("rel_xl", FLEX), ("rel_xl", SDPA_BIAS), ("rel_bias", SDPA_BIAS)}
@@ -80,7 +81,6 @@ def forced_route(route: str) -> Iterator[None]:
         yield
     finally:
         _FORCED = before
-
 
 
 def route_for(scheme: str, device: torch.device) -> str:
