@@ -4,6 +4,7 @@ Usage:
     python scripts/bench_attention.py [--quick] [--json PATH] [--threads N] [--repeats R]
     python scripts/bench_attention.py --lengths 512 1024 4096 --repeats 5   # the blocked path's range
     python scripts/bench_attention.py --device cuda --dtype bfloat16 --lengths 512 1024 2048
+    python scripts/bench_attention.py --quick --lengths 128 --no-peak --no-flex   # a short CPU run
 
 For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
 256 with --quick) this measures, for one forward + backward of the scorer
@@ -11,7 +12,13 @@ For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
 projections and tables included). A scheme's row is what the model runs at that
 size (``asr.model.scorers.blocked.use_blocked`` picks the explicit or the blocked
 path); the ``<scheme>/blocked`` rows force the exact blocked attention
-(``blocked.forced()``) for the schemes that have it:
+(``blocked.forced()``) for the schemes that have it; the ``<scheme>/<route>`` rows force each
+fused attention route the scheme has (``asr.model.scorers.routes``: ``flex``, ``sdpa_bias``,
+``joint_sdpa``; on CUDA a scheme's own row is its default route, and ``<scheme>/explicit`` forces
+the explicit path for comparison). FlexAttention has no backward on the CPU: there its rows time
+the forward alone, against SDPA's forward alone (the ``sdpa/fwd`` row), and save nothing
+(``shaw/flex`` needs flex's log-sum-exp, which the CPU kernel lacks: CUDA only); compiling it on
+the CPU takes minutes (``--no-flex`` leaves those rows out):
 
 * time: the median over repeats of (scheme time / SDPA time), where each repeat
   times every scheme and the baseline back to back (interleaved, best of 3 runs
@@ -48,13 +55,17 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from asr.model.positions import POSITION_SCHEMES, build_position_scheme
-from asr.model.scorers import blocked
-from asr.decode.options import add_threads_argument
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asr.model.positions import POSITION_SCHEMES, build_position_scheme  # noqa: E402
+from asr.model.scorers import blocked  # noqa: E402
+from asr.model.scorers.routes import EXPLICIT, FLEX, FUSED_ROUTES, forced_route  # noqa: E402
+from asr.decode.options import add_threads_argument  # noqa: E402
 
 B, H, DH = 8, 4, 64
 BASELINE = "sdpa"
@@ -64,6 +75,7 @@ TARGETS = {("rel_xl", 256): 2.1, ("rel_xl", 512): 3.0, ("shaw", 256): 1.8, ("sha
 GOALS = {("rel_xl/blocked", 512, "time"): 2.2, ("shaw/blocked", 512, "time"): 2.2,
          ("rel_xl/blocked", 1024, "saved"): 1.5, ("shaw/blocked", 1024, "saved"): 1.5}
 BLOCKED_SUFFIX = "/blocked"
+BASELINE_FORWARD = "sdpa/fwd"
 
 
 def target_for(name: str, length: int) -> float | None:
@@ -78,15 +90,22 @@ DEVICE, DTYPE = torch.device("cpu"), torch.float32
 
 
 def make_core(name: str):
-    """A callable (q, k, v) -> out for one scheme's scorer (``<scheme>/blocked``: its blocked path), or SDPA."""
-    if name == BASELINE:
+    """A callable (q, k, v) -> out for one row: SDPA, a scheme's scorer as the model runs it,
+    ``<scheme>/blocked`` (its blocked path) or ``<scheme>/<route>`` (that attention route forced)."""
+    if name in (BASELINE, BASELINE_FORWARD):
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
-    scorer = build_position_scheme(name.removesuffix(BLOCKED_SUFFIX), H * DH, H).make_scorer(H, DH, 0.0).to(DEVICE, DTYPE)
-    if name.endswith(BLOCKED_SUFFIX):
+    scheme, _, variant = name.partition("/")
+    scorer = build_position_scheme(scheme, H * DH, H).make_scorer(H, DH, 0.0).to(DEVICE, DTYPE)
+    if variant == BLOCKED_SUFFIX[1:]:
         def run(q, k, v):
-            with blocked.forced():
+            with forced_route(EXPLICIT), blocked.forced():
                 return scorer(q, k, v, None)
         return run
+    if variant:
+        def run_route(q, k, v):
+            with forced_route(variant):
+                return scorer(q, k, v, None)
+        return run_route
     return lambda q, k, v: scorer(q, k, v, None)
 
 
@@ -96,13 +115,37 @@ def blocked_rows() -> list[str]:
             if build_position_scheme(name, H * DH, H).make_scorer(H, DH, 0.0).has_blocked_path]
 
 
+def route_rows(flex: bool) -> list[str]:
+    """``<scheme>/<route>`` for every fused route (``flex`` False: without the flex ones), and on CUDA
+    ``<scheme>/explicit`` for the schemes that have one."""
+    rows = []
+    for name in POSITION_SCHEMES:
+        routes = [route for route in FUSED_ROUTES.get(name, ()) if flex or route != FLEX]
+        if DEVICE.type == "cpu" and name == "shaw":  # its flex route needs the log-sum-exp: not compiled on the CPU
+            routes = [route for route in routes if route != FLEX]
+        if routes and DEVICE.type == "cuda":
+            rows.append(f"{name}/{EXPLICIT}")
+        rows += [f"{name}/{route}" for route in routes]
+    return rows
+
+
+def forward_only(name: str) -> bool:
+    """Rows timed without a backward: FlexAttention on the CPU, and their SDPA baseline."""
+    return name == BASELINE_FORWARD or (DEVICE.type == "cpu" and name.endswith(f"/{FLEX}"))
+
+
 def make_inputs(length: int) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(0)
     return tuple(torch.randn(B, H, length, DH, generator=gen).to(DEVICE, DTYPE).requires_grad_() for _ in range(3))
 
 
-def step(core, inputs) -> None:
-    """One forward + backward; grads cleared so accumulation does not add a pass."""
+def step(core, inputs, backward: bool = True) -> None:
+    """One forward + backward (``backward`` False: the forward alone, without autograd); grads
+    cleared so accumulation does not add a pass."""
+    if not backward:
+        with torch.no_grad():  # detached too: flex on the CPU refuses inputs that require grad at all
+            core(*(t.detach() for t in inputs))
+        return
     for t in inputs:
         t.grad = None
     out = core(*inputs)
@@ -128,6 +171,19 @@ def saved_tensor_stats(core, inputs) -> tuple[int, int, tuple[int, ...]]:
     return sum(storages.values()), largest[0], largest[1]
 
 
+def saved_stats_or_failure(name: str, length: int, failures: list[str]) -> tuple[int, int, tuple[int, ...]]:
+    """:func:`saved_tensor_stats` of a row ((0, 0, ()) for a forward-only one); a row whose hooks fail
+    (a compiled kernel under ``saved_tensors_hooks``) is listed in ``failures`` and counts as 0,
+    so the timings of the other rows still print."""
+    if forward_only(name):
+        return 0, 0, ()
+    try:
+        return saved_tensor_stats(make_core(name), make_inputs(length))
+    except RuntimeError as err:
+        failures.append(f"{name} L={length}: saved-tensor count failed: {str(err).splitlines()[0]}")
+        return 0, 0, ()
+
+
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -140,7 +196,7 @@ def peak_rss_child(name: str, length: int, threads: int) -> float:
     """MiB of resident-memory growth for one fwd+bwd, measured in this (fresh) process."""
     torch.set_num_threads(threads)
     core = make_core(name)
-    step(core, make_inputs(16))  # load kernels and thread pools before the baseline
+    step(core, make_inputs(16), not forward_only(name))  # load kernels and thread pools before the baseline
     inputs = make_inputs(length)
     # Reset the high-water mark (Linux clear_refs "5") so the import's peak does
     # not hide ours; fall back to ru_maxrss where that is not allowed.
@@ -151,7 +207,7 @@ def peak_rss_child(name: str, length: int, threads: int) -> float:
     except OSError:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         read_peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
-    step(core, inputs)
+    step(core, inputs, not forward_only(name))
     return (read_peak() - before) / 1024.0
 
 
@@ -161,7 +217,7 @@ def peak_cuda(name: str, length: int) -> float:
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    step(core, inputs)
+    step(core, inputs, not forward_only(name))
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
@@ -189,8 +245,8 @@ def time_ratios(
     that repeat's SDPA time, and the ratio reported is the median over repeats."""
     cores = {n: make_core(n) for n in names}
     inputs = make_inputs(length)
-    for core in cores.values():  # warm-up (allocator, kernels, cached tables)
-        step(core, inputs)
+    for n, core in cores.items():  # warm-up (allocator, kernels, cached tables, compiles)
+        step(core, inputs, not forward_only(n))
     now = CLOCKS[clock]
     times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(repeats):
@@ -201,14 +257,14 @@ def time_ratios(
             best = float("inf")
             for _ in range(inner):
                 start = now()
-                step(cores[n], inputs)
+                step(cores[n], inputs, not forward_only(n))
                 best = min(best, now() - start)
             times[n].append(best)
-    base = times[BASELINE]
     return {
         n: {
             "ms": 1e3 * statistics.median(ts),
-            "ratio": statistics.median(t / b for t, b in zip(ts, base)),
+            "ratio": statistics.median(
+                t / b for t, b in zip(ts, times[BASELINE_FORWARD if forward_only(n) else BASELINE])),
         }
         for n, ts in times.items()
     }
@@ -226,6 +282,7 @@ def main() -> int:
     parser.add_argument("--no-peak", action="store_true", help="skip the per-config subprocess peak memory")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (cuda: wall clock)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--no-flex", action="store_true", help="leave out the flex route rows (slow to compile on the CPU)")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads <= 0:
@@ -243,18 +300,20 @@ def main() -> int:
 
     lengths = args.lengths or ([128, 256] if args.quick else [128, 256, 512, 1024])
     repeats = args.repeats or (5 if args.quick else 9)
-    names = [BASELINE, *POSITION_SCHEMES, *blocked_rows()]
+    names = [BASELINE, *POSITION_SCHEMES, *blocked_rows(), *route_rows(flex=not args.no_flex)]
+    if any(forward_only(n) for n in names):
+        names.insert(1, BASELINE_FORWARD)
     rows, failures = [], []
     print(
         f"B={B} H={H} Dh={DH} device={args.device} dtype={args.dtype} threads={args.threads} repeats={repeats} clock={args.clock} "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ratios are to plain SDPA (no mask)"
     )
-    header = f"{'L':>5} {'scheme':<16} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
+    header = f"{'L':>5} {'scheme':<20} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
     goals = []
     for length in lengths:
         # One run a repeat past 1024 (a step of L = 4096 takes seconds); the best of 3 below.
         timing = time_ratios(names, length, repeats, args.clock, inner=3 if length <= 1024 else 1)
-        stats = {n: saved_tensor_stats(make_core(n), make_inputs(length)) for n in names}
+        stats = {n: saved_stats_or_failure(n, length, failures) for n in names}
         peaks = {n: (float("nan") if args.no_peak else peak_rss(n, length, args.threads)) for n in names}
         print(header)
         for n in names:
@@ -279,7 +338,7 @@ def main() -> int:
                     goals.append(f"goal {n} L={length} {kind} <= {goal}x: {measured:.2f}x "
                                  f"{'met' if measured <= goal else 'NOT met'}")
             print(
-                f"{length:>5} {n:<16} {row['ms']:>10.1f} {ratio:>7.2f} {(f'{limit} ' + verdict) if limit else '':>7} "
+                f"{length:>5} {n:<20} {row['ms']:>10.1f} {ratio:>7.2f} {(f'{limit} ' + verdict) if limit else '':>7} "
                 f"{saved / 2**20:>9.1f} {row['saved_ratio']:>8.2f} {str(shape):>22} {peaks[n]:>8.1f} {row['peak_ratio']:>7.2f}"
             )
         print()

@@ -122,6 +122,11 @@ def forced():
         _FORCED = before
 
 
+def is_forced() -> bool:
+    """Whether a :func:`forced` block is active."""
+    return _FORCED
+
+
 def dense_mask_bytes(batch: int, queries: int, keys: int) -> int:
     """Bytes of the dense bool mask a :class:`ChunkMask` of that size would build."""
     return batch * queries * keys

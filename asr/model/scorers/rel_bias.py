@@ -1,16 +1,22 @@
 """T5 / Swin style relative bias: a learned scalar per head and clipped distance.
 
     logit_ij = q_i . k_j / sqrt(Dh) + table[h, clip(j - i, -k, k) + k]
+
+On CUDA (``asr.model.scorers.routes``) FlexAttention's score_mod reads the table at each pair's
+bucket (:func:`table_kernel`), or SDPA takes the expanded (H, C, K) table as a float bias.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import flex_attention
 
 from asr.model.scorers.band import add_band_, band_expand_summed, band_sums
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.fused import flex_attend, lse_request, sdpa_attend
+from asr.model.scorers.routes import EXPLICIT, FLEX, route_for
 
 
 class RelBiasScorer(ClippedDistanceScorer):
@@ -38,12 +44,38 @@ class RelBiasScorer(ClippedDistanceScorer):
         logits = torch.matmul(q * self.scale, k.transpose(-2, -1))  # (B, H, C, K)
         return logits.add_(self.bias(q.size(2), k.size(2)))
 
+    def _fused(self, route: str, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        """The ``flex`` or ``sdpa_bias`` route (``asr.model.scorers.routes``)."""
+        c, kk = q.size(2), k.size(2)
+        dropout = self.dropout if self.training else 0.0
+        if route == FLEX and dropout == 0.0:
+            first_query = torch.full((), kk - c, device=q.device)  # a tensor: no recompile per cache length
+            return flex_attend(q * self.scale, k, v, mask, table_kernel, self.rel_bias, first_query)
+        return sdpa_attend(q * self.scale, k, v, mask, dropout, bias=self.bias(c, kk)[None])  # bias (1, H, C, K)
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
+        route = route_for(self.scheme, q.device)
+        if route != EXPLICIT:
+            return self._fused(route, q, k, v, mask)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_bias)):
             return blocked_attention(q * self.scale, k, v, mask, RelBiasTerm(self.rel_bias),
                                      dropout=self.dropout if self.training else 0.0)
         return super().forward(q, k, v, mask)
+
+
+def table_kernel(q: Tensor, k: Tensor, v: Tensor, block_mask, table: Tensor, first_query: Tensor,
+                 return_lse: bool = False):
+    """The flex kernel of rel_bias: the score_mod adds ``table`` (H, 2k+1) at each pair's bucket,
+    clip(key - query time, -k, k) + k with the queries from local time ``first_query`` (0-dim) on;
+    no (C, K) tensor is built."""
+    d = (table.size(1) - 1) // 2
+
+    def score_mod(score, b, h, qi, kj):
+        return score + table[h, (kj - qi - first_query).clamp(-d, d) + d]
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0,
+                          return_aux=lse_request(return_lse))
 
 
 class RelBiasTerm(PositionTerm):

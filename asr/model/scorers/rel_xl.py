@@ -20,6 +20,10 @@ each block with its own window of P, and shifts each block with the same strided
 view. For C = K = 512 and blocks of 64 that is 575 instead of 1023 positional
 columns per query: about 45% less work and memory in the BD matmul and its
 backward. The window of block n starts ``(nb-1-n) * c`` rows into P.
+
+On CUDA (``asr.model.scorers.routes``) the same blocks give the shifted BD term alone,
+(B, H, C, K), which a fused kernel adds to its own (q + u) k^T: FlexAttention reads it in a
+score_mod, SDPA takes it as a float bias.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from torch import Tensor
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.fused import bias_kernel, flex_attend, sdpa_attend
+from asr.model.scorers.routes import EXPLICIT, FLEX, route_for
 from asr.model.sinusoid import sinusoid_table
 from asr.model.tracing import tracing
 
@@ -164,6 +170,7 @@ class RelXLScorer(AttentionScorer):
     """
 
     has_blocked_path = True
+    scheme = "rel_xl"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0, query_block: int = 64) -> None:
         super().__init__(num_heads, head_dim, dropout)
@@ -179,17 +186,17 @@ class RelXLScorer(AttentionScorer):
         p = self.linear_pos(table)  # (K+C-1, D); learned, so projected on every call
         return p.view(-1, self.num_heads, self.head_dim).permute(1, 2, 0)  # (H, Dh, K+C-1)
 
-    def _blocked_logits(self, q: Tensor, k: Tensor) -> tuple[Tensor, int]:
-        """Scaled unmasked logits in query blocks.
+    def _position_blocks(self, q: Tensor, keys: int) -> tuple[Tensor, Tensor, int]:
+        """The BD term in query blocks, scaled, unshifted.
 
         Queries are padded at the FRONT to nb * cb rows (fake queries at earlier
         times), so every block has cb rows and the real ones are the last C.
 
         Returns:
-            (logits (B, H, nb*cb, K) whose first ``pad`` rows are fake, pad).
+            (q padded (B, H, nb*cb, Dh), bd_full (H, nb, B, cb, K+cb-1), pad).
         """
         b, h, c, dh = q.shape
-        kk = k.size(2)
+        kk = keys
         cb = min(c, self.query_block)
         nb = -(-c // cb)
         pad = nb * cb - c
@@ -206,17 +213,48 @@ class RelXLScorer(AttentionScorer):
             windows = p.index_select(2, columns).view(h, dh, nb, width).permute(0, 2, 1, 3).flip(1)  # (H, nb, Dh, W)
         else:
             windows = p.unfold(2, width, cb).permute(0, 2, 1, 3).flip(1)  # (H, nb, Dh, W)
-        # Scale folded into the (small) query side instead of the (C, K) logits.
-        q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, nb*cb, Dh)
         # Blocks of all utterances share a window: fold B into the matmul rows.
         q_blocks = q.view(b, h, nb, cb, dh).permute(1, 2, 0, 3, 4).reshape(h, nb, b * cb, dh)
+        # Scale folded into the (small) query side instead of the (C, K) logits.
         q_v = torch.add(self.pos_bias_v[:, None, None, :] * self.scale, q_blocks, alpha=self.scale)
-        bd_full = torch.matmul(q_v, windows).view(h, nb, b, cb, width)  # (H, nb, B, cb, W)
+        return q, torch.matmul(q_v, windows).view(h, nb, b, cb, width), pad  # (H, nb, B, cb, W)
+
+    def _blocked_logits(self, q: Tensor, k: Tensor) -> tuple[Tensor, int]:
+        """Scaled unmasked logits in query blocks (:meth:`_position_blocks`).
+
+        Returns:
+            (logits (B, H, nb*cb, K) whose first ``pad`` rows are fake, pad).
+        """
+        b, h = q.shape[:2]
+        kk = k.size(2)
+        q, bd_full, pad = self._position_blocks(q, kk)
+        nb, cb = bd_full.shape[1], bd_full.shape[3]
+        q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, nb*cb, Dh)
         ac = torch.matmul(q_u, k.transpose(-2, -1))  # (B, H, nb*cb, K)
         if tracing():  # out of place: the compiler fuses the shifted read into the add
             shifted = rel_shift_reshape(bd_full, kk).permute(2, 0, 1, 3, 4)  # (B, H, nb, cb, K)
             return (ac.view(b, h, nb, cb, kk) + shifted).view(b, h, nb * cb, kk), pad
         return _AddShiftedBlocks.apply(ac, bd_full), pad
+
+    def position_bias(self, q: Tensor, keys: int) -> Tensor:
+        """The scaled BD term alone, shifted: (B, H, C, K), bd[a, b] = (q_a + v) . P[r(a, b)] / sqrt(Dh);
+        the float bias of the fused routes."""
+        b, h, c, _ = q.shape
+        _, bd_full, pad = self._position_blocks(q, keys)
+        nb, cb = bd_full.shape[1], bd_full.shape[3]
+        shift = rel_shift_reshape if tracing() else rel_shift
+        bd = shift(bd_full, keys).permute(2, 0, 1, 3, 4).reshape(b, h, nb * cb, keys)  # a copy
+        return bd[:, :, pad:]
+
+    def _fused(self, route: str, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        """The ``flex`` or ``sdpa_bias`` route (``asr.model.scorers.routes``): the ac term is the
+        kernel's own q k^T on q + u, the shifted BD term its bias."""
+        q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
+        bias = self.position_bias(q, k.size(2))  # (B, H, C, K)
+        dropout = self.dropout if self.training else 0.0
+        if route == FLEX and dropout == 0.0:
+            return flex_attend(q_u, k, v, mask, bias_kernel, bias)
+        return sdpa_attend(q_u, k, v, mask, dropout, bias=bias)
 
     def logits(self, q: Tensor, k: Tensor) -> Tensor:
         """Scaled unmasked logits (B, H, C, K), the same numbers ``forward`` uses."""
@@ -225,6 +263,9 @@ class RelXLScorer(AttentionScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, _, c, kk, _ = check_qkv(q, k, v)
+        route = route_for(self.scheme, q.device)
+        if route != EXPLICIT:
+            return self._fused(route, q, k, v, mask)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.pos_bias_u)):
             # One scaled copy of q serves both terms (u and v are added per block): one (B, H, C, Dh)
             # tensor kept for backward instead of q + u and q + v.

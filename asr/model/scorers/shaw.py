@@ -10,7 +10,8 @@ Key term: S = q aK^T is only (B, H, C, 2k+1); expand it to (B, H, C, K).
 Value term: sum_j p_ij aV_d(i,j) = sum_d (sum_{j in bucket d} p_ij) aV_d, so the
 probabilities are summed into 2k+1 bins and multiplied by aV. The buckets form a
 band (diagonals plus two triangles), so expanding and summing use strided views,
-not an index gather / scatter (``asr.model.scorers.band``).
+not an index gather / scatter (``asr.model.scorers.band``). On CUDA the whole scorer runs
+in FlexAttention (``asr.model.scorers.shaw_flex``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from asr.model.scorers.attend import attend, mask_before_softmax
 from asr.model.scorers.band import add_band_, band_expand, band_expand_summed, band_sums, one_edge_bucket
 from asr.model.scorers.base import ClippedDistanceScorer, check_qkv, prepare_mask
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.routes import FLEX, route_for
+from asr.model.scorers.shaw_flex import shaw_flex
 
 
 class ShawScorer(ClippedDistanceScorer):
@@ -54,6 +57,8 @@ class ShawScorer(ClippedDistanceScorer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         b, h, c, kk, _ = check_qkv(q, k, v)
+        if route_for(self.scheme, q.device) == FLEX and not (self.training and self.dropout > 0.0):
+            return shaw_flex(q * self.scale, k, v, mask, self.rel_k, self.rel_v)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.rel_k)):
             q_s = q * self.scale
             rel = torch.matmul(q_s, self.rel_k.t())  # (B, H, C, 2k+1)

@@ -36,6 +36,8 @@ from torch import Tensor
 from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
+from asr.model.scorers.fused import sdpa_attend
+from asr.model.scorers.routes import JOINT_SDPA, route_for
 from asr.model.sinusoid import sinusoid_table
 
 StartTime = Union[int, Tensor]
@@ -69,6 +71,7 @@ class WenetRelScorer(AttentionScorer):
 
     absolute_keys = True
     has_blocked_path = True
+    scheme = "wenet_rel"
 
     def __init__(self, num_heads: int, head_dim: int, dropout: float = 0.0) -> None:
         super().__init__(num_heads, head_dim, dropout)
@@ -105,6 +108,9 @@ class WenetRelScorer(AttentionScorer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, start_time: StartTime = 0) -> Tensor:
         """Attend (shapes as :meth:`AttentionScorer.forward`); ``start_time``: absolute time of the first query."""
         b, _, c, kk, _ = check_qkv(q, k, v)
+        if route_for(self.scheme, q.device) == JOINT_SDPA:  # the joint logits are exact in plain SDPA
+            queries, keys = self.joint(q, k, start_time)
+            return sdpa_attend(queries, keys, v, mask, self.dropout if self.training else 0.0)
         if use_blocked(b, self.num_heads, c, kk, needs_grad(q, k, v, self.pos_bias_u)):
             # No pair term: the base PositionTerm's q k^T over the 2 Dh joint channels is the whole logit.
             queries, keys = self.joint(q, k, start_time)
