@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from asr.model.scorers import blocked
+from asr.model.scorers.blocked import is_forced
 
 EXPLICIT = "explicit"
 SDPA_BIAS = "sdpa_bias"
@@ -95,4 +95,4 @@ def route_for(scheme: str, device: torch.device) -> str:
     if device.type != "cuda":
         return EXPLICIT
     route = CUDA_ROUTES[scheme]
-    return EXPLICIT if (scheme, route) in DENSE_BIAS_ROUTES and blocked.is_forced() else route
+    return EXPLICIT if (scheme, route) in DENSE_BIAS_ROUTES and is_forced() else route
