@@ -78,15 +78,15 @@ def decode_wav(wenet_source, monkeypatch):
              "wenet": wenet}
     for name, module in stubs.items():
         monkeypatch.setitem(sys.modules, name, module)
-    for name in ("wenet.text", "wenet.text.base_tokenizer"):
+    loaded_here = ("wenet.text", "wenet.text.base_tokenizer", "wenet.dataset", "wenet.dataset.processor")
+    for name in loaded_here:
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setattr(torchaudio, "info", _sf_info, raising=False)
     monkeypatch.setattr(torchaudio, "load", _sf_load)
-    spec = importlib.util.spec_from_file_location("wenet_processor_under_test", wenet_source / PROCESSOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # the stub package's path is the fetched source: Wenet's own module, imported by its name
+    module = importlib.import_module(PROCESSOR.removesuffix(".py").replace("/", "."))
     yield module.decode_wav
-    for name in ("wenet.text", "wenet.text.base_tokenizer"):
+    for name in loaded_here:
         sys.modules.pop(name, None)
 
 
