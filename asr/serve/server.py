@@ -62,7 +62,8 @@ from asr.serve.protocol import (
     server_ready,
     speech_end,
 )
-from asr.serve.multi_stream import MultiStreamRecognizer, Stream
+from asr.serve.multi_stream import MultiStreamRecognizer
+from asr.serve.stream import Stream
 
 log = logging.getLogger(__name__)
 
