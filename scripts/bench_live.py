@@ -28,7 +28,6 @@ for the whole run (what did not finish is counted, not scored).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -77,23 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from asr.bench.live import LiveConfig, format_table, run_live
     from asr.bench.live_sessions import Timing
+    from asr.bench.report_cli import run_and_report
 
-    try:
+    def run(log):
         config = LiveConfig(
             checkpoint=args.checkpoint, cuts=args.cuts, data_dir=args.data_dir, sessions=args.sessions,
             sentences=args.sentences, backgrounds=tuple(b.strip() for b in args.backgrounds.split(",") if b.strip()),
             seed=args.seed, timing=Timing(args.lead_in_s, args.pause_s, args.tail_s), speed=args.speed,
             concurrency=args.concurrency, piece_s=args.piece_ms / 1000, max_seconds=args.max_seconds,
             server_args=tuple(shlex.split(args.server_args)))
-        report = run_live(config, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except (ValueError, RuntimeError, OSError) as err:
-        print(f"error: {(str(err).splitlines() or [type(err).__name__])[0]}", file=sys.stderr)
-        return 2
-    print(format_table(report))
-    if args.out_json:
-        Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out_json).write_text(json.dumps(report, indent=1))
-    return 0
+        return run_live(config, log=log)
+
+    return run_and_report(run, format_table, args.out_json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -72,11 +71,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from asr.bench.report_cli import run_and_report
     from asr.bench.robust import RobustConfig, format_tables, run_robust
     from asr.decode.options import set_threads
 
     set_threads(args.threads)
-    try:
+
+    def run(log):
         config = RobustConfig(
             checkpoint=args.checkpoint, cuts=args.cuts, data_dir=args.data_dir,
             kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()), snrs_db=args.snrs,
@@ -84,15 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed, mode=args.mode, chunk_size=args.chunk_size, left_chunks=args.left_chunks,
             speed=args.speed, concurrency=args.concurrency, server_args=tuple(shlex.split(args.server_args)),
             max_seconds=args.max_seconds, replicates=args.replicates)
-        report = run_robust(config, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except (ValueError, RuntimeError, OSError) as err:
-        print(f"error: {(str(err).splitlines() or [type(err).__name__])[0]}", file=sys.stderr)
-        return 2
-    print(format_tables(report))
-    if args.out_json:
-        Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out_json).write_text(json.dumps(report, indent=1))
-    return 0
+        return run_robust(config, log=log)
+
+    return run_and_report(run, format_tables, args.out_json)
 
 
 if __name__ == "__main__":
