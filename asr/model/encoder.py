@@ -244,8 +244,9 @@ class ConformerEncoder(nn.Module):
         x = self.dropout(self.scheme.embed_input(x, start_time))
         if chunk_size > 0 and self.chunk_lookahead > 0:
             check_chunk_phase(chunk_size, chunk_phase)
-            x = forward_windows(self.blocks, x, out_lens, chunk_size, left_chunks, chunk_phase, start_time,
-                                self.chunk_lookahead)  # every chunk of a layer at once; _forward_chunks loops
+            # every chunk of a layer at once; _forward_chunks loops over them
+            x = forward_windows(self.blocks, x, out_lens, chunk_size=chunk_size, left_chunks=left_chunks,
+                                phase=chunk_phase, start_time=start_time, lookahead=self.chunk_lookahead)
             return self.norm(x), out_lens
         # The mask as its parameters: scorers that run in blocks never build the (B, T', T') tensor.
         mask = ChunkMask(out_lens, x.size(1), chunk_size, left_chunks, chunk_phase)
@@ -290,8 +291,9 @@ class ConformerEncoder(nn.Module):
             h = x[:, start:stop]  # (B, n + r, D)
             for block, cache in zip(self.blocks, caches):
                 attn_cache = None if cache.key is None else (cache.key, cache.value)
-                h, kv, cache.conv = block(h, valid[:, None, :], valid[:, cached:], attn_cache, cache.conv,
-                                          start_time + start, stop - end)
+                h, kv, cache.conv = block(h, mask=valid[:, None, :], pad_mask=valid[:, cached:],
+                                          attn_cache=attn_cache, conv_cache=cache.conv,
+                                          start_time=start_time + start, lookahead=stop - end)
                 cache.store_attention(kv, budget)
             outputs.append(h[:, : end - start])
             start, end = end, end + chunk_size
@@ -391,7 +393,8 @@ class ConformerEncoder(nn.Module):
         mask = state.key_mask(x.size(1))  # (B, 1, M + c) or None
         for block, cache in zip(self.blocks, state.layers):
             attn_cache = None if cache.key is None else (cache.key, cache.value)
-            x, kv, cache.conv = block(x, mask, None, attn_cache, cache.conv, start_time, lookahead)
+            x, kv, cache.conv = block(x, mask=mask, attn_cache=attn_cache, conv_cache=cache.conv,
+                                      start_time=start_time, lookahead=lookahead)
             cache.store_attention(kv, state.cache_budget)
         x = x[:, : x.size(1) - lookahead]
         state.advance_rows(x.size(1))

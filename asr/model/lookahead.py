@@ -62,7 +62,7 @@ class ChunkWindows:
 
 
 @functools.lru_cache(maxsize=256)
-def chunk_windows(total: int, chunk_size: int, left_chunks: int, phase: int, lookahead: int,
+def chunk_windows(total: int, *, chunk_size: int, left_chunks: int, phase: int, lookahead: int,
                   device: torch.device) -> ChunkWindows:
     """The windows of the grid ``(t + phase) // C`` over ``total`` frames, lookahead r = ``lookahead`` >= 1.
 
@@ -101,7 +101,7 @@ def _ff_in(block: ConformerBlock, x: Tensor) -> Tensor:
     return x + 0.5 * block.dropout(block.ff_in(block.norm_ff_in(x)))
 
 
-def _block_windows(block: ConformerBlock, main: Tensor, private: Tensor, win: ChunkWindows, valid: Tensor,
+def _block_windows(block: ConformerBlock, main: Tensor, private: Tensor, *, win: ChunkWindows, valid: Tensor,
                    out_lens: Tensor, start_time: int | Tensor) -> tuple[Tensor, Tensor]:
     """One block over every window: main (B, T', D) and private (B, N, r, D) -> the same after the block.
 
@@ -147,17 +147,17 @@ def _block_windows(block: ConformerBlock, main: Tensor, private: Tensor, win: Ch
     return x[:, win.own_index], x[:, win.private_index.reshape(-1)].reshape(bsz, n, lookahead, d)
 
 
-def forward_windows(blocks: nn.ModuleList, x: Tensor, out_lens: Tensor, chunk_size: int, left_chunks: int,
+def forward_windows(blocks: nn.ModuleList, x: Tensor, out_lens: Tensor, *, chunk_size: int, left_chunks: int,
                     phase: int, start_time: int, lookahead: int) -> Tensor:
     """Every block over every chunk's window at once: x (B, T', D) embedded frames -> (B, T', D) before
     the encoder's final norm; the loop ``ConformerEncoder._forward_chunks`` computes the same."""
     bsz, total, _ = x.shape
-    win = chunk_windows(total, chunk_size, left_chunks, phase, lookahead, x.device)
-    n = win.window.size(0)
+    win = chunk_windows(total, chunk_size=chunk_size, left_chunks=left_chunks, phase=phase, lookahead=lookahead,
+                        device=x.device)
     valid = (win.times[None] >= 0) & (win.times[None] < out_lens[:, None, None])  # (B, N, M + W)
     private = torch.cat((x, x.new_zeros(bsz, lookahead, x.size(2))), dim=1)[
         :, (win.starts[1:, None] + torch.arange(lookahead, device=x.device)).clamp(max=total)]  # (B, N-1, r, D)
     private = torch.cat((private, x.new_zeros(bsz, 1, lookahead, x.size(2))), dim=1)  # the last chunk has none
     for block in blocks:
-        x, private = _block_windows(block, x, private, win, valid, out_lens, start_time)
+        x, private = _block_windows(block, x, private, win=win, valid=valid, out_lens=out_lens, start_time=start_time)
     return x
