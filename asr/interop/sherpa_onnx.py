@@ -270,7 +270,8 @@ class SherpaCtcStep(nn.Module):
             keys = cached[..., :D].reshape(B, M, H, Dh).transpose(1, 2)  # (B, H, M, Dh)
             values = cached[..., D:].reshape(B, M, H, Dh).transpose(1, 2)
             # the clock: wenet_rel scores each key's absolute time
-            x, (k, v), c = block(x, mask, None, (keys, values), conv[:, i], time, r)  # k, v: (B, H, M + C, Dh)
+            x, (k, v), c = block(x, mask=mask, attn_cache=(keys, values), conv_cache=conv[:, i], start_time=time,
+                                 lookahead=r)  # k, v: (B, H, M + C, Dh)
             k = k[:, :, C:].transpose(1, 2).reshape(B, M, D)  # the last M frames
             v = v[:, :, C:].transpose(1, 2).reshape(B, M, D)
             next_kv.append(torch.cat([k, v], dim=-1))  # (B, M, 2D)

@@ -192,7 +192,8 @@ class WenetCtcStep(nn.Module):
         next_attn, next_conv = [], []
         for i, block in enumerate(encoder.blocks):
             cached = attn_cache[i][None]  # (1, H, M, 2 Dh)
-            h, (k, v), c = block(h, attn_mask, None, (cached[..., :Dh], cached[..., Dh:]), conv_cache[i], time)
+            h, (k, v), c = block(h, mask=attn_mask, attn_cache=(cached[..., :Dh], cached[..., Dh:]),
+                                 conv_cache=conv_cache[i], start_time=time)
             next_attn.append(torch.cat([k[0, :, C:], v[0, :, C:]], dim=-1))  # (H, M, 2 Dh): the last M frames
             next_conv.append(c)  # (1, D, K)
         log_probs = self.model.ctc_log_probs(encoder.norm(h))  # (1, C, V)
