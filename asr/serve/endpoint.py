@@ -129,7 +129,8 @@ class LevelTrack:
 
     def reset(self) -> None:
         """A new segment: frame 0 starts at the next sample."""
-        self._levels: list[float] = []
+        self._levels: list[float] = []  # frames [_first, _first + len) of the segment
+        self._first = 0
         self._pending = np.zeros(0, dtype=np.float64)
 
     def accept(self, samples: torch.Tensor) -> None:
@@ -143,12 +144,25 @@ class LevelTrack:
         self._pending = audio[whole:]
 
     def levels(self, first: int, count: int) -> torch.Tensor:
-        """(count,) levels of frames [first, first + count); NaN for a frame whose audio is not complete."""
+        """(count,) levels of frames [first, first + count); NaN for a frame whose audio is not complete
+        (or was forgotten)."""
         out = torch.full((count,), float("nan"), dtype=torch.float64)
-        known = self._levels[first : first + count] if first >= 0 else []
+        low = max(first, self._first)
+        known = self._levels[low - self._first : first + count - self._first] if first + count > low else []
         if known:
-            out[: len(known)] = torch.tensor(known, dtype=torch.float64)
+            out[low - first : low - first + len(known)] = torch.tensor(known, dtype=torch.float64)
         return out
+
+    def forget_before(self, frame: int) -> None:
+        """Drop the levels of frames before ``frame``: a stream reads its frames in order, so memory stays
+        bounded however long a segment lasts (a stream without a VAD is one segment)."""
+        drop = min(max(0, frame - self._first), len(self._levels))
+        del self._levels[:drop]
+        self._first += drop
+
+    @property
+    def kept_frames(self) -> int:
+        return len(self._levels)
 
 
 class SpeakerLevel:

@@ -33,6 +33,35 @@ def test_level_track_measures_each_frame_whatever_the_pieces():
     assert torch.isnan(whole.levels(0, 1)).all()
 
 
+def test_level_track_forgets_the_frames_before_the_one_it_reads_next():
+    track = LevelTrack(FRAME)
+    track.accept(0.1 * torch.ones(10 * FRAME, dtype=torch.float64))
+    before = track.levels(0, 10)
+    track.forget_before(6)
+    assert track.kept_frames == 4
+    assert torch.equal(track.levels(6, 4), before[6:])  # what is kept reads as before
+    assert torch.isnan(track.levels(4, 2)).all()  # what is forgotten reads as unknown
+    assert torch.equal(track.levels(4, 6)[2:], before[6:])
+    track.forget_before(3)  # an earlier frame: nothing to drop
+    assert track.kept_frames == 4
+    track.forget_before(50)  # past what was heard: everything heard goes, frames keep their numbers
+    assert track.kept_frames == 0
+    track.accept(0.1 * torch.ones(5 * FRAME, dtype=torch.float64))  # frames 10-14
+    assert track.kept_frames == 5 and torch.equal(track.levels(10, 5), before[:5])
+    assert torch.isnan(track.levels(15, 1)).all()
+
+
+def test_a_long_stream_without_a_vad_keeps_a_bounded_number_of_levels(model, tokenizer):
+    """One segment for the whole stream: the levels already read are dropped as decoding goes on."""
+    g = torch.Generator().manual_seed(2)
+    rec, stream = _stream(model, tokenizer, [(1, 2000)], EndpointConfig(enabled=False))
+    for _ in range(30):  # 30 s of audio, a second at a time
+        stream.accept_waveform(SAMPLE_RATE, 0.05 * torch.randn(SAMPLE_RATE, generator=g))
+        rec.decode()
+    heard = 30 * SAMPLE_RATE // stream._levels.frame_samples
+    assert stream._levels.kept_frames < heard // 10  # a few chunks, not the 30 s heard
+
+
 def test_speaker_level_follows_the_loudest_emitted_frame_and_falls_slowly():
     speaker = SpeakerLevel(margin_db=15.0, decay_db_s=0.5, frame_s=0.04)
     assert not speaker.is_background(-60.0)  # no speaker yet
