@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 from asr.bench.peers import CONTENDERS, PeerSize, peers_table, run_peers  # noqa: E402
 from asr.bench.synthetic import synthetic_batches  # noqa: E402
+from asr.decode.options import add_threads_argument, set_threads  # noqa: E402
 
 SIZES = {
     "tiny": PeerSize(d_model=16, heads=2, layers=1, ffn_dim=32, kernel=3, decoder_layers=1, r2l_layers=1,
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX"),
                    help="utterance length range in seconds")
     p.add_argument("--chunk", type=int, default=0, help="train ours and Wenet's with this chunk mask (0: full)")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    add_threads_argument(p, default=0)
     args = p.parse_args(argv)
     names = [n for n in args.contenders.split(",") if n]
     unknown = [n for n in names if n not in CONTENDERS]
@@ -63,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--batches ({args.batches}) and --rounds ({args.rounds}) must be >= 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     size = SIZES[args.size]
     batches = synthetic_batches(args.batches, args.max_duration, size.vocab, size.input_dim, seed=0,
                                 seconds=tuple(args.seconds))
