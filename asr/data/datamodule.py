@@ -291,7 +291,7 @@ class AsrDataModule(L.LightningDataModule):
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
-            lead_in_from_epoch=self.lead_in_from_epoch,
+            lead_in_from_epoch=self.lead_in_from_epoch, seed=self.seed,
         )
         listeners = [dataset.set_epoch] + ([shar.set_epoch] if shar is not None else [])
         source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)
