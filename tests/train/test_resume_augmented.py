@@ -3,7 +3,8 @@
 
 Every random draw of a training step must then be the same in the resumed run: dropout (torch's global
 generator, which the resumed run's sanity validation and newly created loaders would otherwise have moved),
-the augmentation drawn in the dataset, and the chunk draws.
+the augmentation drawn in the dataset's worker, and the chunk draws. (test_kill_resume reads its data in
+the main process.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def compose_run(corpus: Path, out: Path, *extra: str):
                  "trainer.limit_val_batches=1", f"optim.scheduler.total_steps={MAX_STEPS}",
                  "callbacks.model_checkpoint.save_top_k=-1", "~callbacks.lr_monitor", "~logger",
                  "model.encoder.dropout=0.2", "model.decoder_dropout=0.2", "data.spec_augment=true",
-                 "data.speed_perturb=true", "streaming.random_phase=true", "streaming.onset_edge_prob=0.5", *extra]
+                 "data.speed_perturb=true", "streaming.random_phase=true", "streaming.onset_edge_prob=0.5",
+                 "data.num_workers=1", *extra]  # a worker: its generators are seeded from the loader's base seed
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=overrides)
 
