@@ -16,7 +16,8 @@ Dev and test splits are small and are held in memory.
 Resume. `state_dict()` records where the current epoch stands (`asr.data.loader`);
 Lightning stores it in every checkpoint and hands it back to `load_state_dict()`
 before the loaders are built, so a resumed run continues the epoch with exactly the
-batches it had not trained on.
+batches it had not trained on, augmented as the interrupted run would have augmented them (each
+cut's draws are seeded from the seed, the epoch and its id: `asr.data.augment.cut_draws`).
 """
 
 from __future__ import annotations
