@@ -1,12 +1,16 @@
 """Training augmentation: speed perturbation, noise mixing, SpecAugment.
 
-Runs inside DataLoader workers. Randomness comes from the global torch/python
-generators, which PyTorch seeds per worker from the loader's base seed.
+Runs inside DataLoader workers. Every draw of one cut comes from that cut's own generators
+(:func:`cut_draws`), seeded from the run's seed, the epoch and the cut's id: a cut is augmented the
+same whichever worker reads it and whenever its loader was created, so a resumed run draws what the
+uninterrupted run drew, and no global generator is read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+from dataclasses import dataclass
 
 import torch
 import torchaudio.functional as AF
@@ -54,20 +58,55 @@ class SpecAugment:
         self.num_time_masks, self.time_mask_width = num_time_masks, time_mask_width
         self.max_time_ratio = max_time_ratio
 
-    def __call__(self, feats: torch.Tensor) -> torch.Tensor:
-        """(T, F) -> (T, F) masked copy."""
+    def __call__(self, feats: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """(T, F) -> (T, F) masked copy; the masks are drawn from ``generator``."""
         if feats.shape[0] == 0:
             return feats
         spec = feats.t().unsqueeze(0).clone()  # (1, F, T): torchaudio masks along the last two axes
         fill = float(feats.mean())
         for _ in range(self.num_freq_masks):
-            spec = AF.mask_along_axis(spec, self.freq_mask_width, fill, axis=1)
+            spec = mask_along_axis(spec, self.freq_mask_width, fill, axis=1, generator=generator)
         width = min(self.time_mask_width, int(self.max_time_ratio * feats.shape[0]))
         if width > 0:
             for _ in range(self.num_time_masks):
-                spec = AF.mask_along_axis(spec, width, fill, axis=2)
+                spec = mask_along_axis(spec, width, fill, axis=2, generator=generator)
         return spec.squeeze(0).t()  # (T, F)
 
 
-def random_speed(rng: random.Random | None = None) -> float:
-    return (rng or random).choice(SPEED_FACTORS)
+def mask_along_axis(
+    spec: torch.Tensor, max_width: int, fill: float, axis: int, generator: torch.Generator,
+) -> torch.Tensor:
+    """(1, F, T) -> (1, F, T) with one band of ``axis`` filled: width uniform in [0, max_width), start uniform
+    in [0, size - width), as ``torchaudio.functional.mask_along_axis`` draws them, from ``generator``."""
+    width = float(torch.rand((), generator=generator)) * max_width
+    start = float(torch.rand((), generator=generator)) * (spec.shape[axis] - width)
+    first, last = int(start), int(start) + int(width)
+    out = spec.clone()
+    out.narrow(axis, first, last - first).fill_(fill)
+    return out
+
+
+def random_speed(rng: random.Random) -> float:
+    return rng.choice(SPEED_FACTORS)
+
+
+def derived_seed(*parts: object) -> int:
+    """A seed in [0, 2**63) that is a fixed function of ``parts`` (Python's ``hash`` of a string changes
+    with every process, so it is not used)."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@dataclass(frozen=True)
+class CutDraws:
+    """The generators of one cut's augmentation: python draws (speed, noise, lead-in) and torch draws
+    (SpecAugment)."""
+
+    py: random.Random
+    torch: torch.Generator
+
+
+def cut_draws(seed: int, epoch: int, cut_id: str) -> CutDraws:
+    """The generators of cut ``cut_id`` in ``epoch`` of a run seeded with ``seed``."""
+    key = derived_seed(seed, epoch, cut_id)
+    return CutDraws(random.Random(key), torch.Generator().manual_seed(key))

@@ -16,7 +16,8 @@ Dev and test splits are small and are held in memory.
 Resume. `state_dict()` records where the current epoch stands (`asr.data.loader`);
 Lightning stores it in every checkpoint and hands it back to `load_state_dict()`
 before the loaders are built, so a resumed run continues the epoch with exactly the
-batches it had not trained on.
+batches it had not trained on, augmented as the interrupted run would have augmented them (each
+cut's draws are seeded from the seed, the epoch and its id: `asr.data.augment.cut_draws`).
 """
 
 from __future__ import annotations
@@ -291,7 +292,7 @@ class AsrDataModule(L.LightningDataModule):
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
-            lead_in_from_epoch=self.lead_in_from_epoch,
+            lead_in_from_epoch=self.lead_in_from_epoch, seed=self.seed,
         )
         listeners = [dataset.set_epoch] + ([shar.set_epoch] if shar is not None else [])
         source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)

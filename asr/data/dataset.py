@@ -19,7 +19,7 @@ import torch
 from lhotse import CutSet
 
 from asr.data.audio import AudioError, cut_waveform
-from asr.data.augment import SpecAugment, mix_noise, random_speed, speed_perturb
+from asr.data.augment import CutDraws, SpecAugment, cut_draws, mix_noise, random_speed, speed_perturb
 from asr.data.batch import Batch
 from asr.data.feature_store import load_stored
 from asr.data.features import FRAME_SHIFT_S, FbankExtractor
@@ -37,7 +37,10 @@ def check_lead_in(prob: float, max_s: float, from_epoch: int) -> None:
 
 class AsrDataset(torch.utils.data.Dataset):
     """CutSet -> (Batch, skipped, seconds read). Token ids come from `tokenizer.encode` of
-    the cut's text (the data module has already dropped cuts whose text has no content)."""
+    the cut's text (the data module has already dropped cuts whose text has no content).
+
+    Augmentation draws come from each cut's own generators, seeded from ``seed``, the epoch
+    (:meth:`set_epoch`) and the cut's id (``asr.data.augment.cut_draws``)."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class AsrDataset(torch.utils.data.Dataset):
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
         lead_in_from_epoch: int = 0,
+        seed: int = 0,
     ) -> None:
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)
         self.tokenizer = tokenizer
@@ -63,20 +67,21 @@ class AsrDataset(torch.utils.data.Dataset):
         self.lead_in_prob = lead_in_prob
         self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
         self.lead_in_from_epoch = lead_in_from_epoch
+        self.seed = seed
         self.epoch = 0
         self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
 
-    def _feats(self, cut, skipped: Skipped) -> torch.Tensor | None:
+    def _feats(self, cut, draws: CutDraws, skipped: Skipped) -> torch.Tensor | None:
         """(T, F) features of one cut, or None (skipped, reason recorded) when its audio is too short.
 
         A cut from a feature store (``asr.data.feature_store``) is read from there unless this
         draw changes its waveform (a speed other than 1.0, or noise): those go the on-the-fly way.
         """
-        speed = random_speed() if self.speed_perturb else 1.0
-        noisy = bool(self.noise_cuts) and random.random() < self.noise_prob
+        speed = random_speed(draws.py) if self.speed_perturb else 1.0
+        noisy = bool(self.noise_cuts) and draws.py.random() < self.noise_prob
         if cut.has_features and speed == 1.0 and not noisy:
             return load_stored(cut)
-        wav = self._waveform(cut, speed, noisy, skipped)
+        wav = self._waveform(cut, speed, draws.py if noisy else None, skipped)
         if wav.numel() < self.extractor.min_samples:
             log.warning("skipping cut %s: %d samples, the frontend needs %d", cut.id, wav.numel(),
                         self.extractor.min_samples)
@@ -84,12 +89,13 @@ class AsrDataset(torch.utils.data.Dataset):
             return None
         return self.extractor(wav)  # (T, F)
 
-    def _waveform(self, cut, speed: float, noisy: bool, skipped: Skipped) -> torch.Tensor:
+    def _waveform(self, cut, speed: float, noise_draws: random.Random | None, skipped: Skipped) -> torch.Tensor:
+        """(n,) the cut's audio at ``speed``, mixed with noise drawn from ``noise_draws`` (None: clean)."""
         wav = cut_waveform(cut)  # (n,)
         if speed != 1.0:
             wav = speed_perturb(wav, speed)
-        if noisy:
-            noise_cut = random.choice(self.noise_cuts)
+        if noise_draws is not None:
+            noise_cut = noise_draws.choice(self.noise_cuts)
             try:
                 noise = cut_waveform(noise_cut)
             except AudioError as err:
@@ -97,7 +103,7 @@ class AsrDataset(torch.utils.data.Dataset):
                 log.warning("noise cut %s unusable, cut %s gets no noise: %s", noise_cut.id, cut.id, err)
                 skipped.append((f"noise_{err.reason}", noise_cut.id))
             else:
-                wav = mix_noise(wav, noise, random.uniform(*self.snr_range_db))
+                wav = mix_noise(wav, noise, noise_draws.uniform(*self.snr_range_db))
         return wav
 
     def silence_frame(self) -> torch.Tensor:
@@ -111,8 +117,8 @@ class AsrDataset(torch.utils.data.Dataset):
         object, so the value reaches them."""
         self.epoch = epoch
 
-    def with_lead_in(self, f: torch.Tensor) -> torch.Tensor:
-        """(T, F) -> (k + T, F): with probability ``lead_in_prob``, k uniform in [1, lead_in_max_s] of
+    def with_lead_in(self, f: torch.Tensor, draws: random.Random) -> torch.Tensor:
+        """(T, F) -> (k + T, F): with probability ``lead_in_prob`` (drawn from ``draws``), k uniform in [1, lead_in_max_s] of
         silent frames before the speech. A trimmed utterance starts its stream with speech, and a model
         trained only on those learns to spend its first token on the stream's first frames: after a
         runtime's zero padding (sherpa-onnx adds 0.5 s) that token lands in the silence, where a chunk
@@ -123,9 +129,9 @@ class AsrDataset(torch.utils.data.Dataset):
         lead-ins on once the model aligns."""
         if self.epoch < self.lead_in_from_epoch:
             return f
-        if self.lead_in_frames < 1 or random.random() >= self.lead_in_prob:
+        if self.lead_in_frames < 1 or draws.random() >= self.lead_in_prob:
             return f
-        k = random.randint(1, self.lead_in_frames)
+        k = draws.randint(1, self.lead_in_frames)
         return torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
 
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
@@ -133,17 +139,18 @@ class AsrDataset(torch.utils.data.Dataset):
         skipped: Skipped = []
         seconds = 0.0
         for cut in cuts:
+            draws = cut_draws(self.seed, self.epoch, cut.id)
             try:
-                f = self._feats(cut, skipped)  # (T, F)
+                f = self._feats(cut, draws, skipped)  # (T, F)
             except AudioError as err:
                 log.warning("skipping cut %s: %s", cut.id, err)
                 skipped.append((err.reason, cut.id))
                 continue
             if f is None:
                 continue
-            f = self.with_lead_in(f)
+            f = self.with_lead_in(f, draws.py)
             if self.spec_augment is not None:
-                f = self.spec_augment(f)
+                f = self.spec_augment(f, draws.torch)
             text = cut_text(cut)
             feats.append(f)
             tokens.append(self.tokenizer.encode(text))

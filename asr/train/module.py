@@ -30,6 +30,7 @@ from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
 from asr.train.onsets import place_onsets_at_chunk_edges
+from asr.train.rng_state import seed_training_batch
 from asr.train.optim import guard_fused
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
@@ -177,6 +178,10 @@ class AsrLightningModule(pl.LightningModule):
         return [{"params": list(self.model.encoder.parameters()), "lr": self.finetune.encoder_lr}, {"params": rest}]
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Dropout's draws depend only on the run's seed, the rank and the batches trained so far (restored
+        # from a checkpoint), so a resumed run draws what the uninterrupted one drew (asr.train.rng_state).
+        trained = self.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+        seed_training_batch(int(self.hparams["seed"]), self.global_rank, trained)
         if self.compiled:
             self._graphs_before_step = compiled_graph_count()
 

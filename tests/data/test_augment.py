@@ -29,12 +29,27 @@ def test_mix_noise_hits_snr(snr_db, noise_len):
 def test_spec_augment_masks_with_the_mean():
     torch.manual_seed(0)
     feats = torch.randn(200, 80) + 7.0
-    out = SpecAugment(num_freq_masks=2, freq_mask_width=10, num_time_masks=2, time_mask_width=30)(feats)
+    out = SpecAugment(num_freq_masks=2, freq_mask_width=10, num_time_masks=2, time_mask_width=30)(
+        feats, torch.Generator().manual_seed(0))
     assert out.shape == feats.shape
     changed = out != feats
     assert changed.any()
     assert torch.allclose(out[changed], torch.full_like(out[changed], float(feats.mean())))
     # short utterances: the time mask never covers more than max_time_ratio of the frames
     short = torch.randn(10, 80)
-    out = SpecAugment(num_freq_masks=0, num_time_masks=1, time_mask_width=50, max_time_ratio=0.2)(short)
+    out = SpecAugment(num_freq_masks=0, num_time_masks=1, time_mask_width=50, max_time_ratio=0.2)(
+        short, torch.Generator().manual_seed(1))
     assert int((out != short).any(1).sum()) <= 2
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_masks_drawn_from_a_generator_are_torchaudios_masks(axis):
+    import torchaudio.functional as AF
+
+    from asr.data.augment import mask_along_axis
+
+    spec = torch.randn(1, 80, 120, generator=torch.Generator().manual_seed(5))  # (1, F, T)
+    for seed in range(20):
+        torch.manual_seed(seed)  # torchaudio draws from the global generator
+        expected = AF.mask_along_axis(spec, 30, -1.0, axis=axis)
+        assert torch.equal(mask_along_axis(spec, 30, -1.0, axis, torch.Generator().manual_seed(seed)), expected)

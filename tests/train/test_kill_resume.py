@@ -35,7 +35,9 @@ def compose_run(corpus: Path, out: Path):
                  "trainer.max_epochs=-1", "trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null",
                  "trainer.limit_val_batches=1", "optim.scheduler.total_steps=12",
                  "callbacks.model_checkpoint.save_top_k=-1", "~callbacks.lr_monitor", "~logger",
-                 "model.encoder.dropout=0.0", "model.decoder_dropout=0.0", "data.spec_augment=false"]
+                 # every generator a step draws from: dropout, SpecAugment, speed perturbation
+                 "model.encoder.dropout=0.1", "model.decoder_dropout=0.1", "data.spec_augment=true",
+                 "data.speed_perturb=true"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=overrides)
 
