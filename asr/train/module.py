@@ -151,6 +151,9 @@ class AsrLightningModule(pl.LightningModule):
         """True on every rank when the loss is non-finite on at least one rank (reads the flag)."""
         return bool(self._flag_nonfinite(loss).item() > 0)
 
+    def _log_skips(self, batch_size: int) -> None:
+        self.log("train_nonfinite_skips", self.nonfinite_skip_count.float(), batch_size=batch_size)
+
     def _zero_loss_on_every_parameter(self) -> torch.Tensor:
         """A zero loss whose backward gives every parameter a zero gradient, so this
         rank still joins the DDP gradient all-reduce of the other ranks' real losses."""
@@ -179,13 +182,12 @@ class AsrLightningModule(pl.LightningModule):
         batch_size = int(batch.feats.shape[0])
         if self.skip_on_device:
             # The optimizer skips the update (on_before_optimizer_step); the logged loss is this
-            # step's own, non-finite on a skipped step.
+            # step's own, non-finite on a skipped step. Logged every step: the host does not know
+            # which steps skip.
             self._step_nonfinite = self._flag_nonfinite(loss)
-            skip_here = False
-        else:
-            skip_here = self._any_rank_nonfinite(loss)
-        self.log("train_nonfinite_skips", self.nonfinite_skip_count.float(), batch_size=batch_size)
-        if skip_here:
+            self._log_skips(batch_size)
+        elif self._any_rank_nonfinite(loss):
+            self._log_skips(batch_size)
             # Detached zero: backward touches no parameter on any rank (see module doc).
             return torch.zeros((), device=loss.device, requires_grad=True)
         # Not prog_bar: Lightning would read it on the host after every batch; the bar shows it at
