@@ -6,17 +6,30 @@ belongs to training: the per-batch chunk draw, the non-finite-loss guard, the LR
 schedule and validation metrics. Batches are ``asr.data.batch.Batch``: feats (B, T, F),
 feat_lens (B,), tokens (B, U) padded with -1, token_lens (B,), keys, texts.
 
-Non-finite losses under DDP: Lightning refuses a ``None`` from ``training_step`` when
-world_size > 1, because ranks that skip and ranks that do not would deadlock in the
-gradient all-reduce. Here every rank all-reduces a "bad loss" flag first; when any
-rank's loss is non-finite, every rank returns a zero loss that is detached from the
-parameters. Its backward then fires no DDP hooks on any rank (so no all-reduce is
-started anywhere), all gradients stay ``None`` after Lightning's ``zero_grad``, and
-AdamW skips parameters without gradients: the step changes nothing, on every rank.
+Non-finite losses: every rank all-reduces a "bad loss" flag on the device, and when any
+rank's loss is non-finite the step changes no parameter, no optimizer moment and no
+optimizer step count, on every rank; the LR schedule and ``global_step`` still advance.
+The skips are counted on the device (``nonfinite_skip_count``) and read on the host only
+by the logger at its cadence, by checkpoints and by ``nonfinite_skips``. Two ways, chosen
+when training starts:
+
+- On the device, when the optimizer's step takes a ``found_inf`` flag (fused Adam/AdamW,
+  ``optim.optimizer.fused: true``), one optimizer step a batch and no gradient scaler: the
+  backward runs on every rank as usual and the flag, handed to the optimizer as
+  ``found_inf``, makes its kernel leave parameters, moments and step counts as they were.
+  The host never waits for the flag.
+- On the host otherwise (the flag is read): Lightning refuses a ``None`` from
+  ``training_step`` when world_size > 1, because ranks that skip and ranks that do not
+  would deadlock in the gradient all-reduce, so when any rank's loss is non-finite every
+  rank returns a zero loss detached from the parameters. Its backward fires no DDP hooks
+  on any rank, all gradients stay ``None`` after Lightning's ``zero_grad``, and AdamW
+  skips parameters without gradients. With several batches a step, only the bad batch
+  is left out of the step.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
@@ -30,10 +43,12 @@ from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 from asr.train.chunks import DynamicChunkSampler
 from asr.train.config import DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig
 from asr.train.onsets import place_onsets_at_chunk_edges
+from asr.train.optim import drop_found_inf_after_each_step, guard_fused, optimizer_takes_found_inf
 from asr.train.rng_state import seed_training_batch
-from asr.train.optim import guard_fused
 from asr.train.schedule import build_scheduler
 from asr.train.wer_sums import WerSums
+
+log = logging.getLogger(__name__)
 
 
 class AsrLightningModule(pl.LightningModule):
@@ -98,19 +113,47 @@ class AsrLightningModule(pl.LightningModule):
         self.wer_sums = {name: WerSums() for name in self.val_settings}
         self.tokenizer_files = tokenizer_files
         self.debug_nan = (debug.nan_on_rank, debug.nan_at_step)
-        self.nonfinite_skips = 0
+        # Non-persistent: moves with the module, stays out of the weights; checkpoints carry it.
+        self.register_buffer("nonfinite_skip_count", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("logged_chunk_size", torch.zeros(()), persistent=False)
+        self.skip_on_device = False  # chosen in on_train_start (module doc)
+        self._step_nonfinite: torch.Tensor | None = None  # this step's all-reduced flag, 0-dim float
         self.best_val_wer: float | None = None
         # Compiled in place: the module tree and its state dict stay the eager model's.
         self.compiled = bool(compile_model(self.model, compile))
         self.compiled_graphs = 0  # graphs compiled while this module trained (recompiles included)
         self.last_compile_step: int | None = None
 
+    @property
+    def nonfinite_skips(self) -> int:
+        """Steps skipped for a non-finite loss so far (reads the device counter on the host)."""
+        return int(self.nonfinite_skip_count)
+
     # ------------------------------------------------------------------ training
-    def _any_rank_nonfinite(self, loss: torch.Tensor) -> bool:
-        """True on every rank when the loss is non-finite on at least one rank."""
+    def on_train_start(self) -> None:
+        optimizers = self.trainer.optimizers
+        self.skip_on_device = (
+            len(optimizers) == 1 and optimizer_takes_found_inf(optimizers[0])
+            and self.trainer.accumulate_grad_batches == 1
+            and getattr(self.trainer.precision_plugin, "scaler", None) is None  # a scaler sets found_inf itself
+        )
+        log.info("a step with a non-finite loss is skipped %s", "on the device (the optimizer's found_inf)"
+                 if self.skip_on_device else "after reading its flag on the host")
+
+    def _flag_nonfinite(self, loss: torch.Tensor) -> torch.Tensor:
+        """1.0 on every rank when the loss is non-finite on at least one rank, else 0.0 (0-dim, on
+        the device; no host read); counted in ``nonfinite_skip_count``."""
         bad = (~torch.isfinite(loss.detach())).float().reshape(1)
-        bad = self.trainer.strategy.reduce(bad, reduce_op="sum")
-        return bool(bad.item() > 0)
+        bad = self.trainer.strategy.reduce(bad, reduce_op="sum").clamp(max=1.0).reshape(())
+        self.nonfinite_skip_count += bad.long()
+        return bad
+
+    def _any_rank_nonfinite(self, loss: torch.Tensor) -> bool:
+        """True on every rank when the loss is non-finite on at least one rank (reads the flag)."""
+        return bool(self._flag_nonfinite(loss).item() > 0)
+
+    def _log_skips(self, batch_size: int) -> None:
+        self.log("train_nonfinite_skips", self.nonfinite_skip_count.float(), batch_size=batch_size)
 
     def _zero_loss_on_every_parameter(self) -> torch.Tensor:
         """A zero loss whose backward gives every parameter a zero gradient, so this
@@ -123,6 +166,9 @@ class AsrLightningModule(pl.LightningModule):
         if batch.feats.shape[0] == 0:
             # Under DDP the data module yields an empty batch (every cut unreadable)
             # rather than desynchronising the ranks; keep the flag all-reduce in step too.
+            if self.skip_on_device:
+                self._step_nonfinite = self._flag_nonfinite(torch.zeros((), device=self.device))
+                return self._zero_loss_on_every_parameter()
             if self._any_rank_nonfinite(torch.zeros((), device=self.device)):
                 return torch.zeros((), device=self.device, requires_grad=True)
             return self._zero_loss_on_every_parameter()
@@ -135,16 +181,24 @@ class AsrLightningModule(pl.LightningModule):
         if (self.global_rank, self.global_step) == self.debug_nan:
             loss = loss * float("nan")
         batch_size = int(batch.feats.shape[0])
-        if self._any_rank_nonfinite(loss):
-            self.nonfinite_skips += 1
-            self.log("train_nonfinite_skips", float(self.nonfinite_skips), batch_size=batch_size)
+        if self.skip_on_device:
+            # The optimizer skips the update (on_before_optimizer_step); the logged loss is this
+            # step's own, non-finite on a skipped step. Logged every step: the host does not know
+            # which steps skip.
+            self._step_nonfinite = self._flag_nonfinite(loss)
+            self._log_skips(batch_size)
+        elif self._any_rank_nonfinite(loss):
+            self._log_skips(batch_size)
             # Detached zero: backward touches no parameter on any rank (see module doc).
             return torch.zeros((), device=loss.device, requires_grad=True)
-        self.log("train_loss", loss.detach(), prog_bar=True, batch_size=batch_size)
+        # Not prog_bar: Lightning would read it on the host after every batch; the bar shows it at
+        # the logger's cadence (asr.train.progress).
+        self.log("train_loss", loss.detach(), batch_size=batch_size)
         for name in ("loss_ctc", "loss_att", "loss_r2l"):
             if name in out and out[name] is not None:
                 self.log(f"train_{name}", out[name].detach().float(), batch_size=batch_size)
-        self.log("train_chunk_size", float(chunk_size), batch_size=batch_size)
+        # Filled on the device: a Python float would be copied to it, and that copy waits.
+        self.log("train_chunk_size", self.logged_chunk_size.fill_(chunk_size), batch_size=batch_size)
         return loss
 
     def _onsets_at_chunk_edges(
@@ -162,6 +216,9 @@ class AsrLightningModule(pl.LightningModule):
         )
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.skip_on_device:
+            # Read by the fused kernel on the device; a step post-hook drops it (configure_optimizers).
+            optimizer.found_inf = self._step_nonfinite
         # Frozen encoder: no gradient, so AdamW skips it (no update, no weight decay, no
         # moment) and gradient clipping measures the rest. Dropped after the DDP all-reduce,
         # so every rank agrees; the encoder's backward still runs.
@@ -195,7 +252,7 @@ class AsrLightningModule(pl.LightningModule):
         self.log("train_compiled_graphs", float(self.compiled_graphs), batch_size=1)
 
     def configure_optimizers(self) -> dict:
-        optimizer = guard_fused(self.optimizer_factory(params=self._parameter_groups()))
+        optimizer = drop_found_inf_after_each_step(guard_fused(self.optimizer_factory(params=self._parameter_groups())))
         config = self.scheduler_config
         if config.kind == "cosine" and config.total_steps is None:
             estimated = self.trainer.estimated_stepping_batches
@@ -251,5 +308,5 @@ class AsrLightningModule(pl.LightningModule):
         if state is None:
             return
         self.chunks.load_state_dict(state["chunk_sampler"])
-        self.nonfinite_skips = int(state["nonfinite_skips"])
+        self.nonfinite_skip_count.fill_(int(state["nonfinite_skips"]))
         self.best_val_wer = state["best_val_wer"]

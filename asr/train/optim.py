@@ -29,3 +29,21 @@ def guard_fused(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     if any(group.get("fused") for group in optimizer.param_groups):
         optimizer.register_step_pre_hook(_relay_gradients)
     return optimizer
+
+
+def optimizer_takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` reads a 0-dim ``optimizer.found_inf`` flag on the device and, when
+    it is 1, leaves parameters, state and step counts as they were (the fused Adam, AdamW and SGD
+    kernels: the protocol ``torch.amp.GradScaler`` uses)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def _drop_found_inf(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    optimizer.__dict__.pop("found_inf", None)
+
+
+def drop_found_inf_after_each_step(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """``optimizer``, with a step post-hook that removes the ``found_inf`` flag a step was given,
+    so that a later step never reads a stale one."""
+    optimizer.register_step_post_hook(_drop_found_inf)
+    return optimizer

@@ -4,6 +4,12 @@ Lhotse's samplers draw batches until the data runs out, so Lightning sees an
 epoch of unknown length and its bar shows no total. The data module knows the
 corpus size (`estimated_batches_per_epoch`: total duration / max_duration / world
 size); with ``trainer.max_steps`` set, the steps left cap it.
+
+Its metrics are refreshed while training only at the logger's cadence (``trainer.log_every_n_steps``):
+reading a logged device tensor on the host waits for the step that computed it, so a bar
+refreshed every step would set the pace of the GPU. For the same reason the training step logs
+its loss with ``prog_bar=False`` (Lightning reads every ``prog_bar`` value after every batch);
+this bar shows the metrics named in ``TRAINING_METRICS_SHOWN`` itself, at that cadence.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from lightning.pytorch.callbacks import RichProgressBar
 
 log = logging.getLogger(__name__)
 
+TRAINING_METRICS_SHOWN = ("train_loss",)  # logged without prog_bar (module doc)
+
 
 class EstimatedTotalProgressBar(RichProgressBar):
     """RichProgressBar whose training total is the data module's estimate when Lightning has none."""
@@ -23,6 +31,7 @@ class EstimatedTotalProgressBar(RichProgressBar):
         super().__init__(*args, **kwargs)
         self._estimate: int | None = None
         self._estimated = False
+        self._shown_metrics: dict = {}  # none until the logger's first write
 
     def _epoch_estimate(self) -> int | None:
         if not self._estimated:
@@ -42,3 +51,13 @@ class EstimatedTotalProgressBar(RichProgressBar):
         remaining = trainer.max_steps - trainer.global_step if trainer.max_steps and trainer.max_steps > 0 else math.inf
         estimate = self._epoch_estimate()
         return remaining if estimate is None else min(estimate, remaining)
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        """The metrics shown; while training, read anew only where the logger writes (module doc)."""
+        # The logger connector's own test, so the bar reads exactly where the logger does.
+        if trainer.training and not trainer._logger_connector.should_update_logs:
+            return self._shown_metrics
+        logged = trainer.callback_metrics
+        shown = {name: float(logged[name]) for name in TRAINING_METRICS_SHOWN if name in logged}
+        self._shown_metrics = {**super().get_metrics(trainer, pl_module), **shown}
+        return self._shown_metrics
