@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr.decode.hotwords import parse_entry
-from asr.serve.stream import Result
+from asr.serve.result import Result
 
 
 class ProtocolError(ValueError):

@@ -32,7 +32,8 @@ from asr.model.positions import TooLongForTable
 from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
-from asr.serve.timestamps import Word, ctc_align, word_times
+from asr.serve.result import Hypothesis, Result
+from asr.serve.timestamps import ctc_align, word_times
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.frontend import StreamingFrontend
 from asr.streaming.vad import SileroVad, Speech, SpeechEnd, SpeechSegmenter, VadConfig
@@ -62,39 +63,6 @@ class StreamOwner(Protocol):
     def device(self) -> torch.device: ...
 
     def word_piece(self, token: int) -> str: ...
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One transcript: text, token ids and (final results only) words with stream times in seconds."""
-
-    text: str
-    tokens: tuple[int, ...]
-    words: tuple[Word, ...] = ()
-
-
-@dataclass(frozen=True)
-class Result:
-    """The current hypotheses of a stream's current utterance, best first.
-
-    is_final: the utterance ended (endpoint or end of audio) and was rescored.
-    segment: utterance index in the stream (continuous decoding counts up).
-    span: final results only: (start, end) stream seconds of the encoder frames the utterance
-        decoded; its end is where its endpoint fired (or the end of the audio).
-    """
-
-    hyps: list[Hypothesis]
-    is_final: bool
-    segment: int
-    span: tuple[float, float] | None = None
-
-    @property
-    def text(self) -> str:
-        return self.hyps[0].text if self.hyps else ""
-
-    @property
-    def words(self) -> tuple[Word, ...]:
-        return self.hyps[0].words if self.hyps else ()
 
 
 @dataclass
