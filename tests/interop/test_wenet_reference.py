@@ -10,7 +10,8 @@ context and with a chunk mask), attention-rescoring scores of the left-to-right 
 right-to-left decoders, and streaming (``stream_step`` against Wenet's
 ``forward_chunk_by_chunk``). ``-s`` prints the largest differences.
 
-Loading Wenet's modules needs three shims, none of which touches its math: ``wenet/__init__.py``
+Loading Wenet's modules needs three shims (``asr.bench.peers.import_wenet_source``, shared with the
+peers benchmark), none of which touches its math: ``wenet/__init__.py``
 is skipped (it pulls librosa through the CLI), ``whisper.tokenizer.LANGUAGES`` is stubbed
 (``wenet.utils.common`` imports it), and ``torch.nn.modules.conv.Union`` is restored (one
 Wenet module imports ``Union`` from there; torch 2.11 no longer has it).
@@ -19,15 +20,14 @@ Wenet module imports ``Union`` from there; torch 2.11 no longer has it).
 from __future__ import annotations
 
 import os
-import sys
 import types
-import typing
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from asr.bench.peers import import_wenet_source
 from asr.interop.wenet import import_wenet, write_checkpoint
 from asr.train.checkpoint import load_model
 from tests.interop import wenet_layout as wl
@@ -41,19 +41,7 @@ TOL = 1e-4
 
 
 def wenet_init_model():
-    if "wenet" not in sys.modules:
-        stubs = types.ModuleType("whisper")
-        stubs.__path__ = []
-        tokenizer = types.ModuleType("whisper.tokenizer")
-        tokenizer.LANGUAGES = {"en": "english"}
-        sys.modules.setdefault("whisper", stubs)
-        sys.modules.setdefault("whisper.tokenizer", tokenizer)
-        import torch.nn.modules.conv as conv
-
-        conv.Union = typing.Union
-        package = types.ModuleType("wenet")
-        package.__path__ = [str(Path(WENET_SRC) / "wenet")]
-        sys.modules["wenet"] = package
+    import_wenet_source(Path(WENET_SRC))
     from wenet.utils.init_model import init_model
 
     return init_model
