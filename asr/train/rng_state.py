@@ -28,4 +28,9 @@ def training_batch_seed(run_seed: int, rank: int, batches_trained: int) -> int:
 
 def seed_training_batch(run_seed: int, rank: int, batches_trained: int) -> None:
     """Seed torch's global generators (CPU and every CUDA device) for the next training batch."""
-    torch.manual_seed(training_batch_seed(run_seed, rank, batches_trained))
+    seed = training_batch_seed(run_seed, rank, batches_trained)
+    torch.default_generator.manual_seed(seed)
+    # torch.manual_seed would queue the CUDA seeding (with a captured stack, every batch) in a process that
+    # never initialized CUDA; a process training on CUDA initialized it before its first batch.
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
