@@ -1,7 +1,8 @@
 """The fused attention routes (asr.model.scorers.routes, .fused) against the explicit scorer paths in float64.
 
 On the CPU: the ``sdpa_bias`` and ``joint_sdpa`` routes forward and backward in float64 (SDPA's math
-kernel takes a float bias and returns its gradient), which checks every bias construction and its
+kernel takes a float bias and returns its gradient; rel_xl's ``joint_sdpa`` is tested further in
+test_rel_xl_joint.py), which checks every bias construction and its
 gradients; the ``flex`` routes forward and backward in float64 through FlexAttention's eager
 reference (the same score_mods, BlockMasks and log-sum-exps, computed densely; torch refuses a
 CPU backward only by a device check, which the ``eager_flex`` fixture lifts); FlexAttention's masks
@@ -178,8 +179,8 @@ def test_routes_table_and_forcing():
             route_for("wenet_rel", cpu)
     with forced_route(EXPLICIT):
         assert route_for("rel_xl", cuda) == EXPLICIT
-    with blocked.forced():  # the memory guard's blocked path beats a (C, K) bias, not a bias-free kernel
-        assert route_for("rel_xl", cuda) == EXPLICIT
+    with blocked.forced():  # the memory guard's O(C + K) budget rules out a (C, K) bias, not a bias-free kernel
+        assert route_for("rel_xl", cuda) == JOINT_SDPA
         assert route_for("wenet_rel", cuda) == CUDA_ROUTES["wenet_rel"]
     with pytest.raises(ValueError, match="unknown attention route"):
         with forced_route("fast"):
@@ -252,14 +253,18 @@ def test_fused_route_on_cuda_forward_and_backward(name, route, case, dtype):
     _, c, kk, mask = case
     scorer = make_scorer(name)
     qkv = inputs(c, kk)
-    want = explicit(scorer, qkv, mask)
+    check_on_cuda(scorer, qkv, mask, dtype, route, want=explicit(scorer, qkv, mask), what=f"{name} {route}")
+
+
+def check_on_cuda(scorer, qkv, mask, dtype, route, want, what):
+    """``run`` on CUDA in ``dtype`` (TF32 off) against the float64 results ``want``."""
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         got = run(scorer, qkv, mask, device="cuda", dtype=dtype, route=route)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
-    assert_close(got, want, 2e-5 if dtype == torch.float32 else 3e-2, f"{name} {route} {dtype}")
+    assert_close(got, want, 2e-5 if dtype == torch.float32 else 3e-2, f"{what} {dtype}")
 
 
 @CUDA
@@ -295,10 +300,9 @@ def test_default_cuda_route_under_bf16_autocast_cuda(name):
     assert_close(got, want, 3e-2, f"{name} {CUDA_ROUTES[name]} autocast")
 
 
-@pytest.mark.parametrize("name", FLEX_SCHEMES)
-def test_encoder_on_the_flex_route_equals_the_explicit_path(name, eager_flex):
-    """The whole encoder (every layer sharing the batch's mask, padded rows, chunks with left context
-    and full context), output and every parameter gradient, float64."""
+def check_encoder_route(name, route):
+    """The whole encoder on ``route`` against the explicit path (every layer sharing the batch's mask,
+    padded rows, chunks with left context and full context), output and every parameter gradient, float64."""
     from test_compiled import batch as make_batch
     from test_compiled import tiny_encoder
 
@@ -306,12 +310,17 @@ def test_encoder_on_the_flex_route_equals_the_explicit_path(name, eager_flex):
     feats, lengths, _, _ = make_batch(3, 41, seed=5)
     for chunk_size, left_chunks in ((4, 1), (0, -1)):
         results = []
-        for route in (EXPLICIT, FLEX):
+        for each in (EXPLICIT, route):
             enc.zero_grad(set_to_none=True)
-            with forced_route(route):
+            with forced_route(each):
                 out, out_lens = enc(feats.double(), lengths, chunk_size, left_chunks)
             valid = (torch.arange(out.size(1))[None, :] < out_lens[:, None])[..., None]
             (out * valid).pow(2).sum().backward()
             results.append([out.detach()] + [p.grad.clone() for p in enc.parameters() if p.grad is not None])
         assert len(results[0]) == len(results[1])
-        assert_close(results[1], results[0], 1e-10, f"{name} encoder chunk {chunk_size}")
+        assert_close(results[1], results[0], 1e-10, f"{name} {route} encoder chunk {chunk_size}")
+
+
+@pytest.mark.parametrize("name", FLEX_SCHEMES)
+def test_encoder_on_the_flex_route_equals_the_explicit_path(name, eager_flex):
+    check_encoder_route(name, FLEX)

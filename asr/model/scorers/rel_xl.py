@@ -23,7 +23,9 @@ backward. The window of block n starts ``(nb-1-n) * c`` rows into P.
 
 On CUDA (``asr.model.scorers.routes``) the same blocks give the shifted BD term alone,
 (B, H, C, K), which a fused kernel adds to its own (q + u) k^T: FlexAttention reads it in a
-score_mod, SDPA takes it as a float bias.
+score_mod, SDPA takes it as a float bias. The ``joint_sdpa`` route builds no such term: the
+sinusoid of i - j is a rotation, so both terms are one dot product over joint channels that
+plain SDPA computes (``asr.model.scorers.rel_xl_joint``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from asr.model.scorers.attend import attend
 from asr.model.scorers.base import AttentionScorer, check_qkv, prepare_mask, xl_position_parameters
 from asr.model.scorers.blocked import Mask, PositionTerm, blocked_attention, needs_grad, use_blocked
 from asr.model.scorers.fused import bias_kernel, flex_attend, sdpa_attend
-from asr.model.scorers.routes import EXPLICIT, FLEX, route_for
+from asr.model.scorers.rel_xl_joint import joint_attend
+from asr.model.scorers.routes import EXPLICIT, FLEX, JOINT_SDPA, route_for
 from asr.model.sinusoid import sinusoid_table
 from asr.model.tracing import tracing
 
@@ -247,11 +250,15 @@ class RelXLScorer(AttentionScorer):
         return bd[:, :, pad:]
 
     def _fused(self, route: str, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
-        """The ``flex`` or ``sdpa_bias`` route (``asr.model.scorers.routes``): the ac term is the
-        kernel's own q k^T on q + u, the shifted BD term its bias."""
+        """The ``joint_sdpa``, ``flex`` or ``sdpa_bias`` route (``asr.model.scorers.routes``). Joint: both
+        terms are one dot product over joint channels (no bias); otherwise the ac term is the kernel's
+        own q k^T on q + u, the shifted BD term its bias."""
+        dropout = self.dropout if self.training else 0.0
+        if route == JOINT_SDPA:
+            return joint_attend(q, k, v, mask, self.pos_bias_u, self.pos_bias_v, self.linear_pos.weight,
+                                scale=self.scale, dropout=dropout)
         q_u = torch.add(self.pos_bias_u[:, None, :] * self.scale, q, alpha=self.scale)  # (B, H, C, Dh)
         bias = self.position_bias(q, k.size(2))  # (B, H, C, K)
-        dropout = self.dropout if self.training else 0.0
         if route == FLEX and dropout == 0.0:
             return flex_attend(q_u, k, v, mask, bias_kernel, bias)
         return sdpa_attend(q_u, k, v, mask, dropout, bias=bias)

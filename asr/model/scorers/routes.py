@@ -16,8 +16,12 @@ Routes:
   built once per mask object (``asr.model.scorers.fused``) and so once per batch for all layers.
   Flex has no attention dropout: a call with dropout active takes ``sdpa_bias`` instead (shaw:
   its explicit path).
-* ``joint_sdpa`` (wenet_rel): both logit terms are one dot product over 2 Dh channels,
-  ``[q + u, q + v] . [k ; P]``, so plain SDPA with a bool mask computes the exact logits: no bias.
+* ``joint_sdpa``: both logit terms are one dot product over joint channels, so plain SDPA with a
+  bool mask computes the exact logits: no bias, O(C + K) memory. wenet_rel: ``[q + u, q + v] . [k ; P]``
+  over 2 Dh channels. rel_xl: ``[q + u, G_i] . [k ; R(j)]`` over Dh + D channels, the sinusoid of
+  i - j written as a rotation of the query's projected coefficients by its own time
+  (``asr.model.scorers.rel_xl_joint``); under ``blocked.forced()`` on CUDA it replaces rel_xl's
+  dense-bias routes.
 
 Shaw's value term ``sum_j p_ij aV[clip(j - i)]`` is no score_mod (it mixes values, not logits):
 its ``flex`` route rebuilds each row's probability mass per bucket from the kernel's exact
@@ -40,7 +44,7 @@ JOINT_SDPA = "joint_sdpa"
 
 # Routes each scheme implements besides ``explicit`` (what forcing may ask for).
 FUSED_ROUTES: dict[str, tuple[str, ...]] = {
-    "rel_xl": (FLEX, SDPA_BIAS),
+    "rel_xl": (FLEX, SDPA_BIAS, JOINT_SDPA),
     "wenet_rel": (JOINT_SDPA,),
     "rel_bias": (FLEX, SDPA_BIAS),
     "shaw": (FLEX,),
@@ -61,8 +65,10 @@ CUDA_ROUTES: dict[str, str] = {
 }
 
 # Routes that build a (C, K) position bias: under ``blocked.forced()`` (the decoding memory guard,
-# which budgets for the blocked path's O(C + K) memory) the table's choice yields to ``explicit``.
+# which budgets for the blocked path's O(C + K) memory) the table's choice yields to the scheme's
+# bias-free fused route if it has one, else to ``explicit``.
 DENSE_BIAS_ROUTES = {("rel_xl", FLEX), ("rel_xl", SDPA_BIAS), ("rel_bias", SDPA_BIAS)}
+BIAS_FREE_ROUTES: dict[str, str] = {"rel_xl": JOINT_SDPA}
 
 ROUTE_NAMES = (SDPA_BIAS, FLEX, JOINT_SDPA)
 _FORCED: Optional[str] = None
@@ -85,8 +91,8 @@ def forced_route(route: str) -> Iterator[None]:
 
 def route_for(scheme: str, device: torch.device) -> str:
     """The route ``scheme``'s scorer takes for a call on ``device``: the forced one, else
-    ``CUDA_ROUTES`` on CUDA (``explicit`` for a dense-bias route under ``blocked.forced()``)
-    and ``explicit`` elsewhere."""
+    ``CUDA_ROUTES`` on CUDA (for a dense-bias route under ``blocked.forced()``, the scheme's
+    ``BIAS_FREE_ROUTES`` entry or ``explicit``) and ``explicit`` elsewhere."""
     if _FORCED is not None:
         if _FORCED != EXPLICIT and _FORCED not in FUSED_ROUTES[scheme]:
             raise ValueError(f"{scheme} has no {_FORCED!r} attention route; it has "
@@ -95,4 +101,6 @@ def route_for(scheme: str, device: torch.device) -> str:
     if device.type != "cuda":
         return EXPLICIT
     route = CUDA_ROUTES[scheme]
-    return EXPLICIT if (scheme, route) in DENSE_BIAS_ROUTES and is_forced() else route
+    if (scheme, route) in DENSE_BIAS_ROUTES and is_forced():
+        return BIAS_FREE_ROUTES.get(scheme, EXPLICIT)
+    return route
