@@ -5,6 +5,8 @@ Usage:
     python scripts/bench_attention.py --lengths 512 1024 4096 --repeats 5   # the blocked path's range
     python scripts/bench_attention.py --device cuda --dtype bfloat16 --lengths 512 1024 2048
     python scripts/bench_attention.py --quick --lengths 128 --no-peak --no-flex   # a short CPU run
+    python scripts/bench_attention.py --device cuda --lengths 8192 --rows rel_xl/flex rel_xl/joint_sdpa
+    python scripts/bench_attention.py --shape 1 4 36 --lengths 2000 --forward --rows rel_xl/blocked rel_xl/joint_sdpa
 
 For each scheme and length L (B=8, H=4, Dh=64; L in 128, 256, 512, 1024, or 128,
 256 with --quick) this measures, for one forward + backward of the scorer
@@ -85,8 +87,9 @@ def target_for(name: str, length: int) -> float | None:
     return None
 
 
-# Where and in what dtype the cores run (--device, --dtype).
+# Where and in what dtype the cores run (--device, --dtype); FORWARD: forward passes alone (--forward).
 DEVICE, DTYPE = torch.device("cpu"), torch.float32
+FORWARD = False
 
 
 def make_core(name: str):
@@ -130,8 +133,9 @@ def route_rows(flex: bool) -> list[str]:
 
 
 def forward_only(name: str) -> bool:
-    """Rows timed without a backward: FlexAttention on the CPU, and their SDPA baseline."""
-    return name == BASELINE_FORWARD or (DEVICE.type == "cpu" and name.endswith(f"/{FLEX}"))
+    """Rows timed without a backward: every row with --forward, else FlexAttention on the CPU and their
+    SDPA baseline."""
+    return FORWARD or name == BASELINE_FORWARD or (DEVICE.type == "cpu" and name.endswith(f"/{FLEX}"))
 
 
 def make_inputs(length: int) -> tuple[torch.Tensor, ...]:
@@ -225,7 +229,8 @@ def peak_cuda(name: str, length: int) -> float:
 def peak_rss(name: str, length: int, threads: int) -> float:
     if DEVICE.type == "cuda":
         return peak_cuda(name, length)
-    cmd = [sys.executable, __file__, "--child", name, str(length), "--threads", str(threads)]
+    cmd = [sys.executable, __file__, "--child", name, str(length), "--threads", str(threads),
+           "--shape", str(B), str(H), str(DH), *(["--forward"] if FORWARD else [])]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -271,6 +276,7 @@ def time_ratios(
 
 
 def main() -> int:
+    global DEVICE, DTYPE, B, H, DH, FORWARD
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="L in 128, 256 only")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -283,13 +289,20 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run (cuda: wall clock)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--no-flex", action="store_true", help="leave out the flex route rows (slow to compile on the CPU)")
+    parser.add_argument("--rows", nargs="+", metavar="ROW", help="only these rows (beside the SDPA baseline), "
+                        "e.g. rel_xl rel_xl/flex rel_xl/joint_sdpa")
+    parser.add_argument("--shape", nargs=3, type=int, metavar=("B", "H", "DH"), default=(B, H, DH),
+                        help=f"batch, heads and head dim (default {B} {H} {DH})")
+    parser.add_argument("--forward", action="store_true", help="time and measure forward passes alone (decoding)")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads <= 0:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    if min(args.shape) <= 0:
+        parser.error(f"--shape needs positive sizes, got {args.shape}")
+    (B, H, DH), FORWARD = args.shape, args.forward
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
-    global DEVICE, DTYPE
     DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
     if args.device == "cuda":
         args.clock = "cuda"
@@ -301,6 +314,11 @@ def main() -> int:
     lengths = args.lengths or ([128, 256] if args.quick else [128, 256, 512, 1024])
     repeats = args.repeats or (5 if args.quick else 9)
     names = [BASELINE, *POSITION_SCHEMES, *blocked_rows(), *route_rows(flex=not args.no_flex)]
+    if args.rows:
+        unknown = sorted(set(args.rows) - set(names))
+        if unknown:
+            parser.error(f"--rows: unknown {unknown}; the rows here are {names[1:]}")
+        names = [BASELINE, *[n for n in names if n in args.rows]]
     if any(forward_only(n) for n in names):
         names.insert(1, BASELINE_FORWARD)
     rows, failures = [], []
@@ -308,7 +326,7 @@ def main() -> int:
         f"B={B} H={H} Dh={DH} device={args.device} dtype={args.dtype} threads={args.threads} repeats={repeats} clock={args.clock} "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ratios are to plain SDPA (no mask)"
     )
-    header = f"{'L':>5} {'scheme':<20} {'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
+    header = f"{'L':>5} {'scheme':<20} {'fwd ms' if FORWARD else 'fwd+bwd ms':>10} {'time x':>7} {'target':>7} {'saved MiB':>9} {'saved x':>8} {'largest saved':>22} {'peak MiB':>8} {'peak x':>7}"
     goals = []
     for length in lengths:
         # One run a repeat past 1024 (a step of L = 4096 takes seconds); the best of 3 below.

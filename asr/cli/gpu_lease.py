@@ -8,7 +8,8 @@ whichever comes first, so a slow step cannot eat the lease. Steps, in order:
   env          versions, the card (nvidia-smi);
   cuda_tests   the model, streaming and training tests whose ``device`` fixture is cuda (the fused
                attention kernels' forward and backward against float64 among them);
-  attention    scripts/bench_attention.py --device cuda, fp32 and bf16, L = 512, 1024, 2048;
+  attention    scripts/bench_attention.py --device cuda, fp32 and bf16, L = 512, 1024, 2048; then
+               rel_xl's routes (flex, sdpa_bias, joint_sdpa) in bf16 at L = 4096 and 8192;
   throughput   the LibriSpeech-sized model (54 M parameters), bf16, synthetic duration-bucketed
                batches padded to a few lengths: eager against compiled blocks, interleaved, with
                the compiled variant's warm-up (compile) time and graph count;
@@ -42,16 +43,26 @@ TINY_MODEL = ("model.encoder.d_model=16", "model.encoder.num_heads=2", "model.en
               "model.reverse_weight=0.0", "model.decoder_ffn_dim=32")
 
 
+# rel_xl's routes at long lengths: the dense (C, K) bias of flex and sdpa_bias against joint_sdpa's none.
+LONG_ATTENTION_ROWS = ("rel_xl/flex", "rel_xl/sdpa_bias", "rel_xl/joint_sdpa", "wenet_rel/joint_sdpa")
+
+
 def attention_commands(out: Path, device: str = "cuda", tiny: bool = False) -> tuple[tuple[str, ...], ...]:
-    """bench_attention.py in fp32 and bf16 at L = 512, 1024, 2048 (tiny: fp32 at L = 32, once), JSON into ``out``."""
+    """bench_attention.py in fp32 and bf16 at L = 512, 1024, 2048, JSON into ``out``, then rel_xl's routes in
+    bf16 at L = 4096 and 8192 with peak memory, into the log only (a lease returns few files); tiny: fp32 at
+    L = 32, once each (no flex rows: compiling flex on a CPU takes minutes)."""
     if tiny:
+        long_rows = [row for row in LONG_ATTENTION_ROWS if not row.endswith("/flex")]
         return ((PY, "scripts/bench_attention.py", "--device", device, "--dtype", "float32", "--lengths", "32",
-                 "--repeats", "1", "--no-peak", "--json", str(out / "attention_float32.json")),)
-    return tuple(
+                 "--repeats", "1", "--no-peak", "--json", str(out / "attention_float32.json")),
+                (PY, "scripts/bench_attention.py", "--device", device, "--lengths", "32", "--repeats", "1",
+                 "--no-peak", "--rows", *long_rows))
+    return (*(
         (PY, "scripts/bench_attention.py", "--device", device, "--dtype", dtype, "--lengths", "512", "1024", "2048",
          "--json", str(out / f"attention_{dtype}.json"))
         for dtype in ("float32", "bfloat16")
-    )
+    ), (PY, "scripts/bench_attention.py", "--device", device, "--dtype", "bfloat16", "--lengths", "4096", "8192",
+        "--repeats", "2", "--rows", *LONG_ATTENTION_ROWS))
 
 
 def throughput_command(variants: str, steps: int, warmup: int, *extra: str, device: str = "cuda",
@@ -96,7 +107,7 @@ def lease_plan(out: Path, tiny: bool = False) -> list[Step]:
         Step("cuda_tests", "the tests whose device fixture is cuda (fused attention against float64 included)"
              if not tiny else "a quick test file (the tiny plan has no cuda tests)", tests, cap(110)),
         Step("attention", "attention cores, fp32 and bf16, ratios to flash SDPA",
-             attention_commands(out, device, tiny), cap(90)),
+             attention_commands(out, device, tiny), cap(110)),
         Step("throughput", "LibriSpeech-sized model, bf16, bucket-padded synthetic batches, eager vs compiled "
              "blocks (warm-up = compile time)", (throughput,), cap(130)),
         Step("peers", "ours beside Wenet's ASRModel and ESPnet's encoder at equal size, same batches",
