@@ -11,6 +11,8 @@ as the sampler streams it, so memory does not grow with the corpus; the sampler
 draws exactly the same batches as from an eagerly loaded manifest, since Lhotse's
 dynamic samplers stream either kind the same way. ``shar_dir`` reads Lhotse Shar
 shards instead (`asr.data.shar`): each rank its own shards, reshuffled per epoch.
+``curriculum_cuts`` trains the first ``curriculum_epochs`` epochs on another manifest
+(`asr.data.curriculum`: a rooms corpus's clean copies first).
 Dev and test splits are small and are held in memory.
 
 Resume. `state_dict()` records where the current epoch stands (`asr.data.loader`);
@@ -39,6 +41,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.buckets import BucketPadded, check_buckets
+from asr.data.curriculum import CurriculumSampler, check_curriculum
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
@@ -120,6 +123,8 @@ class AsrDataModule(L.LightningDataModule):
         rank: int | None = None,
         frame_buckets: list[int] | None = None,
         token_multiple: int = 1,
+        curriculum_cuts: str | None = None,
+        curriculum_epochs: int = 0,
     ) -> None:
         super().__init__()
         if max_duration_per_utt > max_duration:
@@ -135,7 +140,13 @@ class AsrDataModule(L.LightningDataModule):
         if feature_store and shar_dir:
             raise ValueError("feature_store reads manifests; with shar_dir, train from the shards' audio "
                              "(feature_store=null)")
+        check_curriculum(curriculum_cuts, curriculum_epochs, shar=bool(shar_dir))
         self.data_dir = Path(data_dir)
+        self.curriculum_cuts, self.curriculum_epochs = curriculum_cuts, curriculum_epochs
+        if curriculum_cuts is not None and not self._manifest_path(curriculum_cuts).is_file():
+            raise FileNotFoundError(
+                f"curriculum_cuts: {self._manifest_path(curriculum_cuts)} is missing (a clean-copy profile such as "
+                f"neural_hibari_capture30_rooms_curriculum writes it: scripts/prepare_data.py --profile ...)")
         self.train_cuts, self.dev_cuts, self.test_cuts = train_cuts, dev_cuts, test_cuts
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
@@ -192,8 +203,10 @@ class AsrDataModule(L.LightningDataModule):
         return self.feature_store / Path(cuts_file).name.split(".")[0]
 
     def _stored_splits(self) -> list[str]:
-        """The manifests read from the feature store: train and dev (the splits read every epoch)."""
-        return [self.train_cuts, self.dev_cuts] if self.feature_store is not None else []
+        """The manifests read from the feature store: train, the curriculum's and dev (the ones read every epoch)."""
+        if self.feature_store is None:
+            return []
+        return [self.train_cuts, *([self.curriculum_cuts] if self.curriculum_cuts else []), self.dev_cuts]
 
     def prepare_data(self) -> None:
         """Build (once, on the first process of each node) the feature store of train and dev."""
@@ -218,14 +231,15 @@ class AsrDataModule(L.LightningDataModule):
             self._eval_cache[cuts_file] = self._require_usable(cuts.filter(self._filter(False)).to_eager(), path)
         return self._eval_cache[cuts_file]
 
-    def _train_source(self) -> tuple[CutSet, RankShardedShar | None]:
-        """The training cuts after the checks: lazy, eager, or this rank's Shar shards."""
+    def _train_source(self, cuts_file: str | None = None) -> tuple[CutSet, RankShardedShar | None]:
+        """The training cuts after the checks: lazy, eager, or this rank's Shar shards; ``cuts_file``
+        (default: train_cuts) names another manifest (the curriculum's)."""
         keep = self._filter(filter_durations=True)
         if self.shar_dir is not None:
             world, rank = self._dist()
             shar = RankShardedShar(self.shar_dir, self.seed, world, rank)
             return CutSet(shar).filter(keep), shar
-        cuts, path = self._read_split(self.train_cuts, lazy=self.lazy)
+        cuts, path = self._read_split(cuts_file or self.train_cuts, lazy=self.lazy)
         cuts = cuts.filter(keep)
         return (cuts if self.lazy else self._require_usable(cuts.to_eager(), path)), None
 
@@ -242,6 +256,8 @@ class AsrDataModule(L.LightningDataModule):
         if stage in (None, "fit"):
             cuts, _ = self._train_source()
             self._require_usable(cuts, self.shar_dir or self.train_cuts)
+            if self.curriculum_cuts is not None:
+                self._require_usable(self._train_source(self.curriculum_cuts)[0], self.curriculum_cuts)
         if stage in (None, "fit", "validate"):
             self._eval_cuts(self.dev_cuts)
 
@@ -287,6 +303,9 @@ class AsrDataModule(L.LightningDataModule):
         cuts, shar = self._train_source()
         with _quiet_eager_warning():
             sampler = self._train_sampler(cuts, shar)
+            if self.curriculum_cuts is not None:
+                first = self._train_sampler(self._train_source(self.curriculum_cuts)[0], None)
+                sampler = CurriculumSampler(first, sampler, self.curriculum_epochs)
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
         dataset = AsrDataset(
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,

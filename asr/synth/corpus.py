@@ -15,6 +15,7 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import soundfile as sf
@@ -26,6 +27,8 @@ from asr.data.audio import float_to_int16, resample_int16
 from asr.extras import require
 from asr.synth.formants import draw_scale_rate, scale_frequencies
 from asr.synth.utterance import UtteranceMeta, to_cut
+from asr.synth.clean_copy import (CLEAN_MANIFEST, CLEAN_SPLIT, clean_copy_audio_path, clean_copy_id, fork_rng,
+                                   start_clean_copies)
 from asr.synth.capture import TRAIN_RANGES, CaptureRanges, apply_capture, draw_capture
 from asr.synth.conditions import ConditionRanges, apply_conditions, draw_conditions
 from asr.synth.live import LiveRanges, apply_live, draw_live
@@ -91,6 +94,9 @@ class SynthProfile:
     # This share of the utterances gets a live microphone's surroundings (asr.synth.live): seconds
     # of silence, hum, fan noise or DC before and after the speech, a background under it all.
     live: LiveRanges | None = None
+    # Every train utterance is written twice from one synthesis (asr.synth.clean_copy): as the profile
+    # makes it, and clean: without edge silence, conditions and live surroundings (the capture path kept).
+    clean_copy: bool = False
 
     def __post_init__(self):
         # One uniform picks the engine ([0, pico) Pico, [pico, pico + neural) neural, else eSpeak):
@@ -109,6 +115,9 @@ class SynthProfile:
         if not 0.0 <= self.capture_share <= 1.0 or (self.capture_share > 0.0) != (self.capture is not None):
             raise ValueError(f"capture_share ({self.capture_share}) must lie in [0, 1], and be > 0 exactly when "
                              f"capture ranges are given ({self.capture is not None})")
+        if self.clean_copy and self.without_surroundings() == dataclasses.replace(self, clean_copy=False):
+            raise ValueError("clean_copy needs surroundings to leave out (conditions, edge_silence_s or live): "
+                             "without them the clean copy would be the train utterance again")
 
     @property
     def is_clean(self) -> bool:
@@ -116,6 +125,10 @@ class SynthProfile:
         return (not self.varied_voices and self.conditions is None and self.edge_silence_s is None
                 and self.pico_share == 0.0 and self.neural_share == 0.0 and self.espeak_formant_scale is None
                 and self.capture is None and self.passages is None and self.live is None)
+
+    def without_surroundings(self) -> SynthProfile:
+        """What this profile makes of a clean copy: no edge silence, conditions or live surroundings."""
+        return dataclasses.replace(self, conditions=None, edge_silence_s=None, live=None, clean_copy=False)
 
     def for_split(self, split: str) -> SynthProfile:
         """The profile as it applies to ``split``: only train is changed; the evaluation splits stay clean."""
@@ -176,6 +189,10 @@ ROOM_RANGES = ConditionRanges(
 # plateau (data/results/live_training.md).
 PROFILES["neural_hibari_capture30_rooms"] = dataclasses.replace(
     PROFILES["neural_hibari_capture30"], conditions=ROOM_RANGES, edge_silence_s=(0.05, 0.6))
+# The rooms profile's corpus with a clean copy of every train utterance (neural_hibari_capture30's, from
+# the same synthesis) for a curriculum that starts clean: conf/experiment/quickstart_rooms.yaml.
+PROFILES["neural_hibari_capture30_rooms_curriculum"] = dataclasses.replace(
+    PROFILES["neural_hibari_capture30_rooms"], clean_copy=True)
 # What scripts/prepare_data.py builds (and the quickstart expects) unless told. neural_hibari, not clean:
 # a model of eSpeak alone hears eSpeak, not speech (~100% WER on flite), and the neural voices buy most
 # of another engine for a few minutes of synthesis; capture30, because training on capture paths cuts
@@ -209,6 +226,17 @@ _SYNTH: EspeakSynthesizer | None = None
 _GEN: SentenceGenerator | None = None
 _PICO: PicoSynthesizer | None = None
 _NEURAL: NeuralSynthesizer | None = None
+
+
+class Made(NamedTuple):
+    """One synthesized utterance: its (n,) int16 audio, the conditions described (None: none), and the
+    clean copy a clean-copy profile makes of a train utterance."""
+
+    text: str
+    voice: object
+    audio: np.ndarray
+    conditions: str | None
+    clean: Made | None = None
 
 
 def _init_worker() -> None:
@@ -333,9 +361,8 @@ def draw_speaker(rng, split: str, profile: SynthProfile = CLEAN_PROFILE) -> Spea
                    formant_scale=profile.espeak_formant_scale)
 
 
-def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
-                     ) -> tuple[str, object, np.ndarray, str | None] | None:
-    """(text, voice, (n,) int16 audio, conditions described or None), or None outside the split's durations.
+def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE) -> Made | None:
+    """One sentence as :class:`Made`, or None outside the split's durations.
 
     ``profile`` is applied as given: the caller passes ``profile.for_split(split)``.
     """
@@ -348,9 +375,11 @@ def _short_utterance(rng, split: str, profile: SynthProfile = CLEAN_PROFILE
     return _finish(audio, rng, split, profile, speaker.voice, text, high)
 
 
-def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, text: str, longest_s: float
-            ) -> tuple[str, object, np.ndarray, str | None]:
+def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, text: str, longest_s: float) -> Made:
     """The profile's edge silence, acoustic conditions and capture path on a made utterance."""
+    clean = None
+    if profile.clean_copy:  # from a copy of the RNG: the draws below stay as they were
+        clean = _finish(audio, fork_rng(rng), split, profile.without_surroundings(), voice, text, longest_s)
     if profile.edge_silence_s is not None:
         audio = _pad_with_floor(audio, rng, profile, longest_s)
     described = None
@@ -362,7 +391,7 @@ def _finish(audio: np.ndarray, rng, split: str, profile: SynthProfile, voice, te
     if profile.live is not None:  # after the capture draw, for the same reason
         audio, lived = _with_live(audio, rng, profile.live)
         described = ",".join(d for d in (described, lived) if d) or None
-    return text, voice, audio, described
+    return Made(text, voice, audio, described, clean)
 
 
 def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[str, np.ndarray] | None:
@@ -391,7 +420,7 @@ def join_sentences(rng, voice, low: float, high: float, target: float) -> tuple[
     return " ".join(texts), np.concatenate(pieces)
 
 
-def _passage_utterance(rng, split: str, profile: SynthProfile) -> tuple[str, object, np.ndarray, str | None] | None:
+def _passage_utterance(rng, split: str, profile: SynthProfile) -> Made | None:
     """A train passage (asr.synth.passages) by one speaker of the profile's engines, then the profile's
     edge silence and conditions; None when the drawn sentences do not make one."""
     speaker = draw_speaker(rng, split, profile)
@@ -402,17 +431,22 @@ def _passage_utterance(rng, split: str, profile: SynthProfile) -> tuple[str, obj
     return _finish(audio, rng, split, profile, speaker.voice, text, profile.passages.seconds[1])
 
 
-def _long_utterance(rng, split: str, profile: SynthProfile | None = None
-                    ) -> tuple[str, object, np.ndarray, None] | None:
+def _long_utterance(rng, split: str, profile: SynthProfile | None = None) -> Made | None:
     """Several sentences by one voice joined by short pauses, 20-60 s in all (clean in every profile: evaluation)."""
     low, high = DURATION_BOUNDS[split]
     voice = draw_voice(rng, split)
     passage = join_sentences(rng, voice, low, high, rng.uniform(low + 5.0, high - 5.0))
-    return None if passage is None else (passage[0], voice, passage[1], None)
+    return None if passage is None else Made(passage[0], voice, passage[1], None)
 
 
 def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
-    """Pool task: synthesize utterance `index` of `split` and write its FLAC file."""
+    """Synthesize utterance `index` of `split` and write its FLAC file (and its clean copy's)."""
+    return _make_copies(job)[0]
+
+
+def _make_copies(job: tuple[int, str, int, str, str]) -> tuple[UtteranceMeta, UtteranceMeta | None]:
+    """Pool task: synthesize utterance `index` of `split`, write its FLAC file and, for a clean-copy
+    profile's train split, its clean copy's (asr.synth.clean_copy); their records."""
     seed, split, index, out_dir, profile_name = job
     profile = PROFILES[profile_name].for_split(split)
     make = _long_utterance if split == "long" else _short_utterance
@@ -425,13 +459,22 @@ def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
             break
     else:
         raise RuntimeError(f"no {split} utterance within {DURATION_BOUNDS[split]} s after {MAX_ATTEMPTS} tries")
-    text, voice, audio, conditions = result
+    cut_id = f"{split}-{index:06d}"
+    meta = _write(out_dir, cut_id, f"audio/{split}/{cut_id}.flac", result, profile, passage)
+    if result.clean is None:
+        return meta, None
+    return meta, _write(out_dir, clean_copy_id(cut_id), clean_copy_audio_path(cut_id), result.clean,
+                        profile.without_surroundings(), passage)
+
+
+def _write(out_dir: str, cut_id: str, rel_path: str, made: Made, profile: SynthProfile, passage: bool
+           ) -> UtteranceMeta:
+    """Write ``made``'s FLAC file at ``rel_path`` under ``out_dir``; its record."""
+    conditions, voice = made.conditions, made.voice
     if conditions is None and not profile.is_clean:
         conditions = "none"  # a profile without acoustic conditions; the voice settings are still recorded
-    cut_id = f"{split}-{index:06d}"
-    rel_path = f"audio/{split}/{cut_id}.flac"
-    sf.write(Path(out_dir) / rel_path, audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-    return UtteranceMeta(cut_id, rel_path, text, voice.voice, voice.rate, voice.pitch, len(audio),
+    sf.write(Path(out_dir) / rel_path, made.audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+    return UtteranceMeta(cut_id, rel_path, made.text, voice.voice, voice.rate, voice.pitch, len(made.audio),
                          voice.pitch_span, voice.word_gap, conditions, passage)
 
 
@@ -447,14 +490,19 @@ def start_pool(workers: int):
 
 
 def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]:
-    """Synthesize one split; returns its cuts and the seconds of audio made."""
+    """Synthesize one split; returns its cuts and the seconds of audio made. The train split of a
+    clean-copy profile writes its clean copies' manifest (asr.synth.clean_copy) here too."""
     target = cfg.hours(split) * 3600.0
     audio_dir = Path(cfg.out_dir) / "audio" / split
     audio_dir.mkdir(parents=True, exist_ok=True)
     for stale in audio_dir.glob("*.flac"):
         stale.unlink()
+    clean_copies = PROFILES[cfg.profile].for_split(split).clean_copy
+    if split == "train":
+        start_clean_copies(cfg.out_dir, clean_copies)
     mapper = pool.imap if pool is not None else map
     metas: list[UtteranceMeta] = []
+    clean_metas: list[UtteranceMeta] = []
     total = 0.0
     next_index = 0
     mean_guess = 40.0 if split == "long" else 3.5
@@ -464,14 +512,19 @@ def build_split(cfg: SynthConfig, split: str, pool=None) -> tuple[CutSet, float]
             n = max(2 * max(cfg.workers, 1), math.ceil((target - total) / mean_guess))
             jobs = ((cfg.seed, split, i, cfg.out_dir, cfg.profile) for i in range(next_index, next_index + n))
             next_index += n
-            for meta in mapper(_make_utterance, jobs):
+            for meta, clean in mapper(_make_copies, jobs):
                 if total >= target:
-                    (Path(cfg.out_dir) / meta.audio_path).unlink()
+                    for made in (meta, clean) if clean is not None else (meta,):
+                        (Path(cfg.out_dir) / made.audio_path).unlink()
                     continue
                 metas.append(meta)
+                if clean is not None:
+                    clean_metas.append(clean)
                 seconds = meta.num_samples / SAMPLE_RATE
                 total += seconds
                 bar.update(round(total) - bar.n)
+    if clean_copies:
+        write_cuts(CutSet.from_cuts(to_cut(m) for m in clean_metas), Path(cfg.out_dir) / CLEAN_MANIFEST)
     return CutSet.from_cuts(to_cut(m) for m in metas), total
 
 
@@ -483,6 +536,9 @@ def build_synth_corpus(cfg: SynthConfig, force: bool = False, log=print) -> dict
     built_profile = corpus_profile(out)
     if "train" not in todo and (built_profile or "clean") != cfg.profile:
         log(f"train: built with profile {built_profile!r}, {cfg.profile!r} asked: rebuilding it")
+        todo.insert(0, "train")
+    if "train" not in todo and PROFILES[cfg.profile].clean_copy and not (out / CLEAN_MANIFEST).is_file():
+        log(f"train: its clean copies ({CLEAN_MANIFEST}) are missing: rebuilding it")
         todo.insert(0, "train")
     made_seconds, started = 0.0, time.perf_counter()
     if todo:
@@ -528,9 +584,10 @@ def corpus_profile(out_dir: str | Path) -> str | None:
 
 
 def summarize_corpus(out_dir: str | Path, seed: int | None = None, profile: str = "clean") -> dict:
-    """Per-split counts read back from the manifests (deterministic: no timings)."""
+    """Per-split counts read back from the manifests (deterministic: no timings); the train split's clean
+    copies (asr.synth.clean_copy) count as the split ``train_clean``."""
     splits = {}
-    for split in SPLITS:
+    for split in (*SPLITS, CLEAN_SPLIT):
         path = Path(out_dir) / f"cuts_{split}.jsonl.gz"
         if not path.is_file():
             continue
