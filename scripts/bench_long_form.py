@@ -13,9 +13,11 @@ in a fresh subprocess with greedy CTC, whose resident memory is polled: past --r
 run: status, wall seconds (model loading included), decode seconds and RTF from the decode's
 summary, the child's peak RSS (ru_maxrss) and the WER over the whole file.
 
-Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks); a
-``_pauses`` suffix (full_pauses, chunk16_left4_pauses) cuts the file at its pauses first
-(decode.py --segment-at-pauses, asr.decode.segment).
+Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks, the file as
+one stream: decode.py --no-endpoint-reset); a ``_pauses`` suffix (full_pauses, chunk16_left4_pauses)
+cuts the file at its pauses first (decode.py --segment-at-pauses, asr.decode.segment); an
+``_endpoints`` suffix (chunk16_left4_endpoints) streams it with endpoint resets, decode.py's default
+for long chunked inputs (asr.decode.endpointed; ``_endpoints0.3``: after 0.3 s of blank).
 """
 
 from __future__ import annotations
@@ -23,28 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from asr.bench.long_form import build_long_file, long_file_name, run_guarded  # noqa: E402
+from asr.bench.long_form import build_long_file, long_file_name, parse_setting, run_guarded  # noqa: E402
 from asr.evaluation.memory import parse_bytes  # noqa: E402
 from asr.decode.options import add_checkpoint_argument, add_threads_argument  # noqa: E402
-
-
-def parse_setting(text: str) -> tuple[int, int, bool]:
-    """(chunk size, left chunks, cut at pauses) of a setting name."""
-    base, pauses = (text[: -len("_pauses")], True) if text.endswith("_pauses") else (text, False)
-    if base == "full":
-        return 0, -1, pauses
-    match = re.fullmatch(r"chunk(\d+)_left(-?\d+)", base)
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4, optionally + _pauses")
-    return int(match.group(1)), int(match.group(2)), pauses
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,23 +52,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default="", help="suffix of the decode output folders (e.g. before)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
-    settings = [(name, *parse_setting(name)) for name in args.settings]
+    try:
+        settings = [parse_setting(name) for name in args.settings]
+    except argparse.ArgumentTypeError as err:
+        parser.error(str(err))
+    # A checkout from before endpoint resets streams a long file whole without being told.
+    knows_endpoints = "--no-endpoint-reset" in (Path(args.repo) / "asr/cli/decode.py").read_text()
     rss_limit = parse_bytes(args.rss_limit)
     work = Path(args.work_dir).resolve()
     env = {**os.environ, "PYTHONPATH": str(Path(args.repo).resolve())}
     rows = []
-    print(f"{'minutes':>7} {'setting':<15} {'status':<34} {'wall s':>7} {'decode s':>8} {'RTF':>6} "
+    print(f"{'minutes':>7} {'setting':<26} {'status':<34} {'wall s':>7} {'decode s':>8} {'RTF':>6} "
           f"{'peak RSS GiB':>12} {'WER %':>6}  (load average {os.getloadavg()[0]:.1f}, repo {args.repo})", flush=True)
     for minutes in args.minutes:
         cuts = build_long_file(Path(args.data_dir) / f"cuts_{args.split}.jsonl.gz", args.data_dir, work, minutes)
-        for name, chunk, left, pauses in settings:
+        for setting in settings:
+            name = setting.name
             out_dir = work / f"{long_file_name(minutes)}_{name}{'_' + args.tag if args.tag else ''}"
             cmd = [sys.executable, "scripts/decode.py", "--checkpoint", str(Path(args.checkpoint).resolve()),
                    "--cuts", str(cuts), "--data-dir", str(work), "--modes", "ctc_greedy",
-                   "--chunk-size", str(chunk), "--left-chunks", str(left), "--threads", str(args.threads),
-                   "--out-dir", str(out_dir)]
-            # one long file is one batch; its pieces batch like any split (decode.py's default seconds a batch)
-            cmd += ["--segment-at-pauses"] if pauses else ["--batch-seconds", "1000000"]
+                   "--threads", str(args.threads), "--out-dir", str(out_dir), *setting.decode_args(knows_endpoints)]
             (out_dir / "summary.json").unlink(missing_ok=True)
             run = run_guarded(cmd, args.repo, env, rss_limit, timeout_s=args.timeout)
             summary_file = out_dir / "summary.json"
@@ -90,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                    "decode_s": result["decode_seconds"] if result else None,
                    "rtf": result["rtf"] if result else None, "wer": result["wer"] if result else None}
             rows.append(row)
-            print(f"{minutes:>7g} {name:<15} {status:<34.34} {run.seconds:>7.0f} "
+            print(f"{minutes:>7g} {name:<26} {status:<34.34} {run.seconds:>7.0f} "
                   f"{row['decode_s'] if result else float('nan'):>8.1f} {row['rtf'] if result else float('nan'):>6.3f} "
                   f"{row['peak_rss_gib']:>12.2f} {100 * row['wer'] if result else float('nan'):>6.1f}", flush=True)
             if status.startswith("failed"):

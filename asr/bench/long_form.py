@@ -3,6 +3,8 @@
 * :func:`build_long_file`: the sentences of a split (manifest order, cycling when the split is
   shorter) joined by 0.3 s pauses into one file of at least N minutes, with its transcript as
   a one-cut manifest: what a user with a podcast brings.
+* :func:`parse_setting`: a setting's name (``full``, ``chunk16_left4``, ``chunk16_left4_pauses``,
+  ``chunk16_left4_endpoints``, ...) and the decode.py options it stands for.
 * :func:`run_guarded`: a command in a subprocess whose resident memory is polled and which is
   killed past a limit (and given an address-space limit as a backstop), so a benchmark of a
   path that would take 24 GB cannot take the shared machine down; returns wall time, peak
@@ -11,7 +13,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import resource
 import subprocess
 import threading
@@ -27,8 +31,56 @@ from asr.data.dataset import cut_text
 from asr.data.features import SAMPLE_RATE
 from asr.data.importers import make_cut, make_recording
 from asr.data.manifest import read_cuts, write_cuts
+from asr.decode.endpointed import FILE_TRAILING_SILENCE_S as ENDPOINT_DEFAULT
 
 PAUSE_S = 0.3
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one run decodes the file: ``chunk_size`` (0: full context), ``left_chunks``, cut at pauses
+    first, or streamed with endpoint resets after ``endpoint_silence_s`` of blank (None: as one stream)."""
+
+    name: str
+    chunk_size: int
+    left_chunks: int
+    pauses: bool = False
+    endpoint_silence_s: float | None = None
+
+    def decode_args(self, knows_endpoints: bool = True) -> list[str]:
+        """decode.py's options for this setting; ``knows_endpoints``: that decode.py has endpoint resets (a
+        checkout from before them streams a long file as one stream, and knows no flag to say so)."""
+        args = ["--chunk-size", str(self.chunk_size), "--left-chunks", str(self.left_chunks)]
+        if self.endpoint_silence_s is not None:
+            args += ["--endpoint-silence", f"{self.endpoint_silence_s:g}"]
+        elif knows_endpoints and not self.pauses:
+            args += ["--no-endpoint-reset"]
+        # one long file is one batch; its pieces batch like any split (decode.py's default seconds a batch)
+        return args + (["--segment-at-pauses"] if self.pauses else ["--batch-seconds", "1000000"])
+
+
+_SETTING = re.compile(r"(?P<base>full|chunk(?P<chunk>\d+)_left(?P<left>-?\d+))"
+                      r"(?:_(?P<pauses>pauses)|_endpoints(?P<silence>\d+(?:\.\d+)?)?)?")
+
+
+def parse_setting(text: str) -> Setting:
+    """A setting by name: ``full`` or ``chunk<C>_left<L>``, optionally + ``_pauses`` (cut at pauses first) or,
+    chunked with bounded left context, + ``_endpoints`` (endpoint resets; ``_endpoints0.3``: after 0.3 s)."""
+    match = _SETTING.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4, optionally + _pauses or "
+            f"+ _endpoints[S] (e.g. chunk16_left4_endpoints, chunk16_left4_endpoints0.3)")
+    chunk, left = (0, -1) if match["base"] == "full" else (int(match["chunk"]), int(match["left"]))
+    endpoints = match["silence"] is not None or text.endswith("_endpoints")
+    if endpoints and (chunk <= 0 or left < 0):
+        raise argparse.ArgumentTypeError(
+            f"setting {text!r}: endpoint resets stream chunk by chunk with bounded left context: use "
+            f"chunk<C>_left<L>_endpoints with C > 0 and L >= 0")
+    silence = (float(match["silence"]) if match["silence"] else ENDPOINT_DEFAULT) if endpoints else None
+    if silence is not None and silence <= 0:
+        raise argparse.ArgumentTypeError(f"setting {text!r}: the endpoint silence must be > 0 s")
+    return Setting(text, chunk, left, match["pauses"] is not None, silence)
 
 
 def long_file_name(minutes: float) -> str:

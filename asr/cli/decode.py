@@ -10,7 +10,8 @@ Usage:
         --word-lm data/synth/lm/words_3gram.arpa.gz                                # + word LM and lexicon
     python scripts/decode.py --checkpoint CKPT --hotwords names.txt --hotword-score 2   # + hotword biasing
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --chunk-size 16 --left-chunks 4
-        # long audio: chunk by chunk through the streaming encoder, memory independent of the length
+        # long audio: chunk by chunk through the streaming encoder, memory independent of the length,
+        # a fresh stream after each endpoint (--no-endpoint-reset: one stream the whole file)
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --memory-budget 6G
         # full context: a forward that would not fit 6 GiB takes the blocked attention, or is skipped with advice
     python scripts/decode.py --checkpoint CKPT --cuts podcast.jsonl.gz --segment-at-pauses
@@ -28,6 +29,13 @@ relative audio paths resolve against the folder of the file naming them. The che
 the tokenizer, the fbank options and the CMVN, so nothing else is needed. With references the
 modes are scored; without, each <mode>.jsonl holds (key, hyp, seconds), <mode>.text the Kaldi-style
 "key hypothesis" lines, and the table says that no WER was computed.
+
+Long audio chunk by chunk (--chunk-size C > 0, --left-chunks L >= 0, past 40 s): as a streaming
+recognizer reads it (asr.decode.endpointed): an utterance ends at an endpoint (the CTC path emitted a
+token, then --endpoint-silence s of blank frames; Wenet's rules, the server's detector), the encoder's
+caches and online CMN restart there, and every mode decodes each utterance on its own (attention
+rescoring included); the file's text joins theirs. summary.json's "endpoints" and each record's
+"endpoint_utterances" say so. --no-endpoint-reset streams the whole file as one utterance.
 
 Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
 minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
@@ -66,6 +74,7 @@ from asr.evaluation.output_dir import OutDirError, check_out_dir, input_folder_n
 from asr.decode.scoring import add_scoring_arguments, case_warning, scoring_from_args  # noqa: E402
 from asr.evaluation.split import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
+from asr.decode.endpointed import FILE_TRAILING_SILENCE_S, file_endpoints  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 add_threads_argument, options_from_args, set_threads)
@@ -104,12 +113,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--segment-at-pauses", action="store_true",
                         help="cut each utterance at its pauses and decode the pieces on their own (long audio, "
                              "passages: asr.decode.segment); it is still scored whole")
+    parser.add_argument("--no-endpoint-reset", dest="endpoint_reset", action="store_false",
+                        help="long inputs decoded chunk by chunk stream as one utterance, with no endpoints "
+                             "(default: a fresh stream after each endpoint)")
+    parser.add_argument("--endpoint-silence", type=float, metavar="S",
+                        help=f"seconds of blank frames after a decoded token that end an utterance of a long input "
+                             f"(default {FILE_TRAILING_SILENCE_S:g})")
     parser.add_argument("--min-pause", type=float, default=PauseSegmenter.min_pause_s,
                         help="with --segment-at-pauses: shortest pause (s) that separates two pieces")
     parser.add_argument("--max-piece", type=float, default=PauseSegmenter.max_piece_s,
                         help="with --segment-at-pauses: a longer piece (s) is split at its quietest moment")
     args = parser.parse_args(argv)
     args.segmenter = None
+    args.endpoints = None
+    if args.endpoint_silence is not None and (not args.endpoint_reset or args.segment_at_pauses):
+        parser.error("--endpoint-silence sets the endpoints of long inputs streamed whole; it has no use with "
+                     f"{'--no-endpoint-reset' if not args.endpoint_reset else '--segment-at-pauses'}")
+    # Cut at pauses, every piece is a sentence or two: none streams, so none has endpoints.
+    if args.endpoint_reset and not args.segment_at_pauses:
+        silence = FILE_TRAILING_SILENCE_S if args.endpoint_silence is None else args.endpoint_silence
+        try:
+            args.endpoints = file_endpoints(silence)
+        except ValueError as err:
+            parser.error(f"--endpoint-silence: {err}")
     if args.segment_at_pauses:
         try:
             args.segmenter = PauseSegmenter(min_pause_s=args.min_pause, max_piece_s=args.max_piece)
@@ -164,6 +190,9 @@ def format_table(summary: dict) -> str:
         seg = summary["segments"]
         ctx += (f"; cut at pauses >= {seg['min_pause_s']} s into {seg['pieces']} pieces, "
                 f"{seg['pause_seconds']:.1f} s of pauses not decoded")
+    ends = summary.get("endpoints")
+    if ends and ends["inputs"]:
+        ctx += f"; endpoint resets: {ends['inputs']} long inputs read as {ends['utterances']} utterances"
     if summary.get("scoring"):
         ctx += f"; scoring: {summary['scoring']['rule']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
@@ -225,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
         memory_budget=args.memory_budget,
         biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight, segmenter=args.segmenter,
-        scoring=scoring,
+        scoring=scoring, endpoints=args.endpoints,
     )
     if note:
         print(note, file=sys.stderr)
@@ -238,6 +267,8 @@ def main(argv: list[str] | None = None) -> dict:
                "references": eval_set.references, **result.summary()}
     if args.lm:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
+    if args.endpoints is None:
+        summary["endpoints"] = None  # off: a long input decoded chunk by chunk is one stream
     if args.word_lm:
         summary["lm"]["word_lm"] = {"path": str(args.word_lm), **summary["lm"]["word_lm"]}
     if biasing is not None:

@@ -34,6 +34,11 @@ def streams_chunks(chunk_size: int, left_chunks: int, out_frames: int) -> bool:
     return chunk_size > 0 and left_chunks >= 0 and out_frames > STREAM_MIN_FRAMES
 
 
+def can_stream(encoder) -> bool:
+    """Whether ``encoder`` encodes chunk by chunk through ``stream_step`` (a causal streaming encoder)."""
+    return hasattr(encoder, "stream_step") and getattr(encoder, "causal", False)
+
+
 def stream_chunks(encoder, feats: torch.Tensor, chunk_size: int, left_chunks: int,
                   piece: int = STREAM_PIECE, progress: Callable[[int], None] | None = None) -> Iterator[torch.Tensor]:
     """Encoder output of one utterance, chunk by chunk: (1, n', D) pieces that concatenate to
@@ -72,8 +77,7 @@ def encode_batch(model, feats: torch.Tensor, feat_lens: torch.Tensor, chunk_size
     with the feature frames encoded: piece by piece when streaming, else the batch's once at the end.
     """
     encoder = model.encoder
-    streamable = hasattr(encoder, "stream_step") and getattr(encoder, "causal", False)
-    if not streamable or not streams_chunks(chunk_size, left_chunks, int(encoder.output_length(feats.size(1)))):
+    if not can_stream(encoder) or not streams_chunks(chunk_size, left_chunks, int(encoder.output_length(feats.size(1)))):
         encoded = model.encode(feats, feat_lens, chunk_size=chunk_size, left_chunks=left_chunks)
         if progress is not None:
             progress(int(feat_lens.sum()))

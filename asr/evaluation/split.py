@@ -31,6 +31,8 @@ import torch
 
 from asr.data.features import FRAME_SHIFT_S
 from asr.decode.batch import FUSED_MODES, MODES, search_encoded
+from asr.decode.endpoint import EndpointConfig
+from asr.decode.endpointed import resets_apply, search_utterances
 from asr.decode.long_audio import encode_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.scoring import Scoring
@@ -205,6 +207,7 @@ def evaluate_utterances(
     hotword_rescore_weight: float = DEFAULT_RESCORE_WEIGHT,
     segmenter: PauseSegmenter | None = None,
     scoring: Scoring = Scoring(),
+    endpoints: EndpointConfig | None = None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -222,6 +225,9 @@ def evaluate_utterances(
         segmenter: cut every utterance at its pauses (``asr.decode.segment``) and decode the pieces
             on their own; an utterance's hypothesis joins its pieces' in order, and it is scored whole.
         scoring: how references and hypotheses are normalized alike before scoring (case, punctuation).
+        endpoints: decode every input that streams chunk by chunk (``asr.decode.endpointed.resets_apply``)
+            as utterances ended at endpoints, each encoded as a fresh stream (``asr.decode.endpointed``);
+            its hypothesis joins theirs. None: one stream an input.
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
     a WER over the utterances that happened to decode would not be comparable with
@@ -235,6 +241,7 @@ def evaluate_utterances(
         raise ValueError(f"no utterances to decode (skipped: {dict(eval_set.skipped) or 'none'})")
     units, owner, cuts = (utts, list(range(len(utts))), None) if segmenter is None else _cut_at_pauses(utts, segmenter)
     unit_hyps = {m: [""] * len(units) for m in modes}  # manifest order, whatever the batching
+    endpointed: dict[int, int] = {}  # unit -> utterances its endpoints made
     seconds = dict.fromkeys(modes, 0.0)
     skipped, over_budget, blocked_units = Counter(eval_set.skipped), set(), 0
     batches = duration_batches([u.seconds for u in units], batch_seconds)
@@ -267,7 +274,7 @@ def evaluate_utterances(
             _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, bar, beam=beam,
                           chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
                           reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
-                          hotword_rescore_weight=hotword_rescore_weight)
+                          hotword_rescore_weight=hotword_rescore_weight, endpoints=endpoints, endpointed=endpointed)
     if bar is not None:
         bar.close()
     hyps = {m: [""] * len(utts) for m in modes}
@@ -276,16 +283,18 @@ def evaluate_utterances(
             hyps[m][i] = f"{hyps[m][i]} {hyp}".strip() if hyp else hyps[m][i]
     decoded = [i for i in range(len(utts)) if i not in over_budget]
     audio_s = sum(utts[i].seconds for i in decoded)
+    extra = {} if segmenter is not None else {i: {"endpoint_utterances": n} for i, n in endpointed.items()}
     results = {}
     for mode in modes:
         timing = {"decode_seconds": seconds[mode], "rtf": seconds[mode] / audio_s if audio_s else float("nan")}
         if not eval_set.references:  # hypotheses only: nothing to score them against
-            records = [{"key": utts[i].key, "hyp": hyps[mode][i], "seconds": utts[i].seconds} for i in decoded]
+            records = [{"key": utts[i].key, "hyp": hyps[mode][i], "seconds": utts[i].seconds, **extra.get(i, {})}
+                       for i in decoded]
             results[mode] = ModeResult(records, {"utterances": len(records), "wer": None, "cer": None, **timing})
             continue
         counter = ErrorCounter(scoring)
         for i in decoded:
-            counter.add(utts[i].text, hyps[mode][i], key=utts[i].key, seconds=utts[i].seconds)
+            counter.add(utts[i].text, hyps[mode][i], key=utts[i].key, seconds=utts[i].seconds, **extra.get(i, {}))
         results[mode] = ModeResult(counter.records, {**counter.summary(), **timing})
     settings = {"chunk_size": chunk_size, "left_chunks": left_chunks, "beam": beam, "ctc_weight": ctc_weight,
                 "reverse_weight": reverse_weight,
@@ -297,6 +306,10 @@ def evaluate_utterances(
                                 "rescore_weight": hotword_rescore_weight}
     if memory_budget is not None:
         settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_units}
+    if endpoints is not None:
+        settings["endpoints"] = {"blank_threshold": endpoints.blank_threshold, "reset": endpoints.reset,
+                                 "rules": [vars(rule) for rule in endpoints.rules],
+                                 "inputs": len(endpointed), "utterances": sum(endpointed.values())}
     if segmenter is not None:
         settings["segments"] = {"min_pause_s": segmenter.min_pause_s, "max_piece_s": segmenter.max_piece_s,
                                 "pieces": len(units),
@@ -321,14 +334,16 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
                   hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, bar, *,
-                  chunk_size: int, left_chunks: int, fusion: Fusion | None, biasing, **options) -> None:
+                  chunk_size: int, left_chunks: int, fusion: Fusion | None, biasing,
+                  endpoints: EndpointConfig | None, endpointed: dict[int, int], **options) -> None:
     """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
     ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
     hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``); ``bar``: a progress bar counting
     feature frames (or None).
 
     The group is encoded once for all modes (as ``decode_batch`` would each time); every mode's time
-    counts the encoder, so its RTF is the one it has alone.
+    counts the encoder, so its RTF is the one it has alone. With ``endpoints``, an utterance that streams is
+    decoded utterance by utterance (``asr.decode.endpointed``); ``endpointed`` counts them by unit.
     """
     from asr.model.scorers import blocked
 
@@ -337,6 +352,21 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
              torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True))  # (B, T, F)
     lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
     advance = None if bar is None else bar.update
+    if endpoints is not None and resets_apply(model.encoder, chunk_size, left_chunks, feats.size(1)):
+        for k, i in enumerate(group):
+            bias = biasing if biasing is None or isinstance(biasing, Biasing) else [biasing[k]]
+
+            def search(enc_out, enc_lens, mode, bias=bias):
+                fused = mode in FUSED_MODES
+                return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
+                                      biasing=bias if fused else None, **options)
+
+            tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes, search, chunk_size,
+                                                             left_chunks, endpoints, time.perf_counter, advance)
+            for mode in modes:
+                seconds[mode] += spent[mode]
+                hyps[mode][i] = " ".join(filter(None, map(tokenizer.decode, tokens[mode])))
+        return
     with blocked.forced() if forced_blocked else contextlib.nullcontext():
         start = time.perf_counter()
         enc_out, enc_lens = encode_batch(model, feats, lens, chunk_size, left_chunks, advance)  # (B, T', D)

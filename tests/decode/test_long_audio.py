@@ -3,13 +3,13 @@ memory does not grow with the length."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from asr.decode import decode_batch
 from asr.decode import long_audio
 from asr.decode.long_audio import encode_batch, stream_chunks
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
+from tests.decode.largest_tensor import LargestTensor
 
 FEATS = 20
 
@@ -65,23 +65,6 @@ def test_progress_counts_every_feature_frame(monkeypatch):
         seen.clear()
         encode_batch(model, feats, lens, 0, -1, progress=seen.append)  # the forward: the batch's, at its end
         assert seen == [140]
-
-
-class LargestTensor(TorchDispatchMode):
-    """The largest tensor any op allocates (elements; views of existing tensors allocate nothing)."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.is_view:
-            return out
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
 
 
 def test_chunked_encoding_memory_does_not_grow_with_the_length():
