@@ -68,7 +68,7 @@ from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, 
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 add_threads_argument, options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
-from asr.serve.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS, EndpointConfig  # noqa: E402
+from asr.decode.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS, EndpointConfig  # noqa: E402
 from asr.serve.origin import OriginPolicy  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 
@@ -118,13 +118,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-reset", choices=ENDPOINT_RESETS, default="both",
                         help="what restarts at an endpoint besides the decoder: the encoder's attention and conv "
                              "caches, the online CMN's running mean, both, or none (default both)")
-    margin = EndpointConfig().speaker_margin_db
-    parser.add_argument("--endpoint-speaker-margin", type=float, default=margin, metavar="DB",
+    endpoint = EndpointConfig()
+    parser.add_argument("--endpoint-speaker-margin", type=float, default=endpoint.speaker_margin_db, metavar="DB",
                         help=f"audio this many dB under the speaker's level is not the speaker: it ends an utterance "
-                             f"like silence, whatever the recognizer hears in it (default {margin:g}; 0: off)")
-    parser.add_argument("--endpoint-suppress-background", action="store_true",
-                        help="also read audio under the speaker's level as silence in the search: the background's "
-                             "words are not emitted (needs --endpoint-speaker-margin > 0)")
+                             f"like silence, whatever the recognizer hears in it (default "
+                             f"{endpoint.speaker_margin_db:g}; 0: off)")
+    parser.add_argument("--endpoint-speaker-window", type=float, default=endpoint.speaker_window_s, metavar="S",
+                        help=f"a frame is under the speaker's level when the loudest audio within half this window "
+                             f"either side is, so a word's quiet consonants stay the speaker's (default "
+                             f"{endpoint.speaker_window_s:g}; 0: each frame by itself)")
+    parser.add_argument("--endpoint-suppress-background", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"also read audio under the speaker's level as silence in the search: the background's "
+                             f"words are not emitted (needs --endpoint-speaker-margin > 0; default "
+                             f"{'on' if endpoint.suppress_background else 'off'})")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
     # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.
@@ -145,6 +151,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         OriginPolicy(args.allow_origin)
     except ValueError as err:
         parser.error(f"--allow-origin: {err}")
+    if not 0 <= args.endpoint_speaker_margin < float("inf") or not 0 <= args.endpoint_speaker_window < float("inf"):
+        parser.error(f"--endpoint-speaker-margin ({args.endpoint_speaker_margin}) and --endpoint-speaker-window "
+                     f"({args.endpoint_speaker_window}) must be finite numbers >= 0")
+    if args.endpoint_suppress_background and not args.endpoint_speaker_margin:
+        parser.error("--endpoint-suppress-background needs --endpoint-speaker-margin > 0 (the speaker's level)")
+    if args.endpoint_suppress_background is None:  # the default, and nothing to suppress without a speaker's level
+        args.endpoint_suppress_background = endpoint.suppress_background and bool(args.endpoint_speaker_margin)
     if args.backend == "onnx" and not args.onnx_model:
         parser.error("--backend onnx needs --onnx-model PATH (write one with scripts/export.py)")
     if args.backend == "eager" and args.onnx_model:
@@ -154,7 +167,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_server(args: argparse.Namespace):
     from asr.data.features import FeatureConfig
-    from asr.serve.endpoint import default_rules
+    from asr.decode.endpoint import default_rules
     from asr.serve.multi_stream import MultiStreamRecognizer
     from asr.serve.server import AsrServer, ServerConfig
     from asr.train.checkpoint import load_model
@@ -174,7 +187,8 @@ def build_server(args: argparse.Namespace):
         model, tokenizer, args.options,
         endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
                                 reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None,
-                                suppress_background=args.endpoint_suppress_background),
+                                suppress_background=args.endpoint_suppress_background,
+                                speaker_window_s=args.endpoint_speaker_window),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )

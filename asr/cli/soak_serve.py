@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from asr.bench.soak import SoakConfig, draw_lists, make_pairs, soak
     from asr.cli.bench_serve import load_waves
     from asr.data.features import SAMPLE_RATE, FeatureConfig
-    from asr.serve.endpoint import EndpointConfig
+    from asr.decode.endpoint import EndpointConfig
     from asr.serve.multi_stream import MultiStreamRecognizer
     from asr.train.checkpoint import load_model
 

@@ -28,6 +28,16 @@ loudest frame the recognizer emitted on, falling slowly) and counts a frame more
 ``speaker_margin_db`` under it as non-speech whatever the recognizer says: talk that far under
 the speaker is not the speaker. The speaker's level lasts the stream (it outlives each
 utterance). A frame whose level is not known counts by its blank probability alone.
+
+A frame is judged by the audio around it, not by itself (``speaker_window_s``): its level is the
+loudest known level within half the window either side (:func:`surrounding_levels`), because a
+word's unvoiced consonants, onsets and endings sit 20-30 dB under the vowels next to them. The
+window sees the frames before a chunk and the chunk's own frames, never later ones (their audio
+need not have arrived, and what has depends on how the client cut it), so the last frames of a
+chunk see less of what follows: a quiet onset there whose vowel falls in the next chunk is judged
+by what came before it. The same decision ends utterances and, with ``suppress_background``,
+makes the frame a certain blank for the search, so the background's words are not emitted as
+the speaker's.
 """
 
 from __future__ import annotations
@@ -96,6 +106,9 @@ class EndpointConfig:
     # Frames under the speaker's level are read as blank by the search too: the background's words are
     # not emitted as the speaker's (a choice for the benchmark to make; off: the search hears every frame).
     suppress_background: bool = False
+    # A frame is background when the loudest frame within half this window either side is (see the module
+    # docstring; 0: each frame by itself). About a syllable: a consonant next to its vowel is in the window.
+    speaker_window_s: float = 0.28
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -103,6 +116,8 @@ class EndpointConfig:
         if (self.speaker_margin_db is not None and self.speaker_margin_db <= 0) or self.speaker_decay_db_s < 0:
             raise ValueError(f"speaker_margin_db ({self.speaker_margin_db}) must be > 0 or None and "
                              f"speaker_decay_db_s ({self.speaker_decay_db_s}) >= 0.")
+        if not 0.0 <= self.speaker_window_s < math.inf:
+            raise ValueError(f"speaker_window_s ({self.speaker_window_s}) must be a finite number of seconds >= 0.")
         if self.reset not in ENDPOINT_RESETS:
             raise ValueError(f"endpoint reset {self.reset!r} is not one of {', '.join(ENDPOINT_RESETS)}.")
 
@@ -166,6 +181,25 @@ class LevelTrack:
         return len(self._levels)
 
 
+def surrounding_levels(levels_db: np.ndarray, earlier_db: np.ndarray, each_side: int) -> np.ndarray:
+    """(t,) per frame of ``levels_db`` (t,): the loudest known level among the frames at most ``each_side``
+    before and after it. ``earlier_db`` (e,): the levels of the e frames just before them (only the last
+    ``each_side`` count); no frame after the t is known. NaN levels are unknown; a frame whose own level is
+    unknown stays NaN (it is judged by its blank probability alone)."""
+    if each_side < 0:
+        raise ValueError(f"each_side ({each_side}) must be >= 0.")
+    levels_db = np.asarray(levels_db, dtype=np.float64)
+    if each_side == 0 or levels_db.size == 0:
+        return levels_db.copy()
+    earlier_db = np.asarray(earlier_db, dtype=np.float64)[-each_side:] if len(earlier_db) else np.zeros(0)
+    padded = np.concatenate([np.full(each_side - earlier_db.size, np.nan), earlier_db, levels_db,
+                             np.full(each_side, np.nan)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * each_side + 1)  # (t, 2 * each_side + 1)
+    around = np.fmax.reduce(windows, axis=1)  # fmax skips NaN: NaN only where the whole window is unknown
+    around[np.isnan(levels_db)] = np.nan
+    return around
+
+
 class SpeakerLevel:
     """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
     margin), falling by ``decay_db_s`` a second; None until the first such frame."""
@@ -205,6 +239,8 @@ class EndpointDetector:
         self._log_threshold = math.log(config.blank_threshold)
         self.speaker = (SpeakerLevel(config.speaker_margin_db, config.speaker_decay_db_s, frame_s)
                         if config.speaker_margin_db is not None else None)  # lasts the stream, not an utterance
+        # Frames either side of a frame whose levels judge it (the levels a caller passes as ``earlier_db``).
+        self.context_frames = int(config.speaker_window_s / (2 * frame_s) + 1e-9)
         self.reset()
 
     def reset(self) -> None:
@@ -214,22 +250,27 @@ class EndpointDetector:
         self.speech_seen = False
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
 
-    def advance(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None) -> None:
-        """Consume (t, V) CTC log-probabilities of the next t frames (and their (t,) levels, when known)."""
-        for is_silent in self._silent(log_probs, levels_db):
+    def advance(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None,
+                earlier_db: torch.Tensor | None = None) -> None:
+        """Consume (t, V) CTC log-probabilities of the next t frames (and their levels, when known: see
+        :meth:`advance_to_endpoint`)."""
+        for is_silent in self._silent(log_probs, levels_db, earlier_db):
             self._count(is_silent)
 
-    def advance_to_endpoint(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None) -> int | None:
+    def advance_to_endpoint(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None,
+                            earlier_db: torch.Tensor | None = None) -> int | None:
         """Consume (t, V) frames up to an endpoint; returns where the next utterance starts, or None.
 
-        ``levels_db``: the frames' (t,) audio levels (:class:`LevelTrack`) for the speaker's-level rule.
+        ``levels_db``: the frames' (t,) audio levels (:class:`LevelTrack`) for the speaker's-level rule;
+        ``earlier_db``: the (``context_frames``,) levels of the frames just before them (None: unknown, as at
+        a segment's start).
 
         None: no rule fired, all t frames were consumed. Else s in (0, t]: frames [0, s) belong to the
         utterance that ended. s is t unless speech resumes inside these frames after a silent frame at
         or after the endpoint frame; then s is the frame after that silent frame, and frames [s, t)
         (the silence before the new speech and its onset) are the next utterance's.
         """
-        silent = self._silent(log_probs, levels_db)
+        silent = self._silent(log_probs, levels_db, earlier_db)
         for fired, is_silent in enumerate(silent):
             self._count(is_silent)
             if self.is_endpoint():
@@ -245,9 +286,10 @@ class EndpointDetector:
             self._count(is_silent)
         return start
 
-    def _silent(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None) -> list[bool]:
-        """Per frame: non-speech (blank, or under the speaker's level). The speaker's level follows the frames
-        here, in order, whether or not an endpoint stops the count before them."""
+    def _silent(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None,
+                earlier_db: torch.Tensor | None) -> list[bool]:
+        """Per frame: non-speech (blank, or the audio around it under the speaker's level). The speaker's level
+        follows the frames here, in order, whether or not an endpoint stops the count before them."""
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
@@ -256,11 +298,16 @@ class EndpointDetector:
             return blank
         if levels_db.shape != (log_probs.size(0),):
             raise ValueError(f"levels_db must be ({log_probs.size(0)},), got shape {tuple(levels_db.shape)}.")
-        silent, self.background = [], []
-        for is_blank, level in zip(blank, levels_db.tolist()):
-            self.background.append(self.speaker.is_background(level))
+        if earlier_db is not None and earlier_db.dim() != 1:
+            raise ValueError(f"earlier_db must be (e,), got shape {tuple(earlier_db.shape)}.")
+        levels = levels_db.double().numpy()
+        earlier = earlier_db.double().numpy() if earlier_db is not None else np.zeros(0)
+        around = surrounding_levels(levels, earlier, self.context_frames).tolist()
+        silent = []
+        for is_blank, level, level_around in zip(blank, levels.tolist(), around):
+            self.background.append(self.speaker.is_background(level_around))
             silent.append(is_blank or self.background[-1])
-            self.speaker.update(level, emitted=not is_blank)
+            self.speaker.update(level, emitted=not is_blank)  # the speaker's level: the frame's own
         return silent
 
     def suppressed(self, log_probs: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.decode.wer import ErrorCounter
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.multi_stream import MultiStreamRecognizer
 
 

@@ -50,7 +50,7 @@ from asr.decode.options import DecodeOptions
 from asr.lm.fusion import Fusion
 from asr.serve.counters import BatchSizeHistogram
 from asr.serve.encoders import EagerChunkEncoder
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.stream import Stream
 from asr.serve.timestamps import WORD_START
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE

@@ -29,7 +29,7 @@ from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
-from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.result import Hypothesis, Result
@@ -373,8 +373,10 @@ class Stream:
         At an endpoint inside them, the frames past its split point are kept for the next utterance.
         """
         self.new_frames += enc_out.size(0)
-        start = self._endpoint.advance_to_endpoint(log_probs, self._levels.levels(first_frame, log_probs.size(0)))
-        self._levels.forget_before(first_frame)  # frames are read in order; a split's carry starts later
+        context = self._endpoint.context_frames  # the frames before these that judge them too
+        levels = self._levels.levels(first_frame - context, context + log_probs.size(0))
+        start = self._endpoint.advance_to_endpoint(log_probs, levels[context:], earlier_db=levels[:context])
+        self._levels.forget_before(first_frame - context)  # frames are read in order; a split's carry starts later
         log_probs = self._endpoint.suppressed(log_probs)
         if start is not None and start < log_probs.size(0):
             self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])

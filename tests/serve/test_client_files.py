@@ -11,7 +11,7 @@ import torch
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_files
-from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.decode.endpoint import EndpointConfig, EndpointRule
 from asr.serve.protocol import float_to_pcm16
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig

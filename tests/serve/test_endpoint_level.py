@@ -9,7 +9,7 @@ import torch
 
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
-from asr.serve.endpoint import EndpointConfig, EndpointDetector, LevelTrack, SpeakerLevel
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack, SpeakerLevel
 from asr.serve.multi_stream import MultiStreamRecognizer
 from tests.serve.test_endpoint_reset import C, LEFT, ScriptedCtc, run
 from tests.serve.test_endpoint_timestamps import BLANK, frames
@@ -96,9 +96,11 @@ def _chunked(d, log_probs, levels, chunk=4):
 @pytest.mark.parametrize("under_db,ends", [(20.0, True), (16.0, True), (10.0, False)])
 def test_talk_under_the_speaker_ends_the_utterance_at_a_stated_level(under_db, ends):
     log_probs, levels = _speech_then_background(50, 60, -20.0 - under_db)
-    ended = _chunked(EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04), log_probs, levels)
-    if ends:  # in the chunk where one second (25 frames) of background after the speaker's last frame is full
-        assert ended is not None and 50 + 25 <= ended <= 50 + 25 + 3
+    d = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    ended = _chunked(d, log_probs, levels)
+    if ends:  # in the chunk where one second (25 frames) of background is full, from the first frame whose
+        # window no longer reaches the speaker's last frame
+        assert d.context_frames == 3 and ended is not None and 50 + 3 + 25 <= ended <= 50 + 3 + 25 + 3
     else:  # 10 dB under: it may be the speaker; the recognizer's words keep the utterance open
         assert ended is None
     blind = EndpointDetector(EndpointConfig(speaker_margin_db=None), BLANK, frame_s=0.04)
@@ -107,7 +109,7 @@ def test_talk_under_the_speaker_ends_the_utterance_at_a_stated_level(under_db, e
 
 def test_a_words_own_dips_never_end_it():
     """Dips 12 dB under the speaker inside the speech, even with a short trailing-silence rule, end nothing."""
-    from asr.serve.endpoint import default_rules
+    from asr.decode.endpoint import default_rules
 
     dips = [k for k in range(60) if k % 10 in (3, 4, 5, 6, 7)]  # 0.2 s of every 0.4 s
     log_probs, levels = _speech_then_background(60, 40, -45.0, dips=dips)
@@ -158,15 +160,18 @@ def test_a_stream_whose_recognizer_hears_words_in_the_background_still_ends_the_
         assert math.isclose(got[1].span[0], got[0].span[1])
 
 
-def test_suppressing_the_background_blanks_only_the_frames_under_the_speaker():
+@pytest.mark.parametrize("window_s,kept", [(0.0, 10), (0.28, 13)])
+def test_suppressing_the_background_blanks_only_the_frames_under_the_speaker(window_s, kept):
+    """Each frame by itself (window 0) or with the 3 frames either side: the first 3 background frames still
+    hear the speaker's last ones."""
     log_probs, levels = _speech_then_background(10, 6, -40.0)
-    off = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    off = EndpointDetector(EndpointConfig(suppress_background=False), BLANK, frame_s=0.04)
     off.advance(log_probs, levels)
-    assert torch.equal(off.suppressed(log_probs), log_probs)  # off by default
-    on = EndpointDetector(EndpointConfig(suppress_background=True), BLANK, frame_s=0.04)
+    assert torch.equal(off.suppressed(log_probs), log_probs)
+    on = EndpointDetector(EndpointConfig(suppress_background=True, speaker_window_s=window_s), BLANK, frame_s=0.04)
     on.advance(log_probs, levels)
     out = on.suppressed(log_probs)
-    assert torch.equal(out[:10], log_probs[:10])
-    assert torch.all(out[10:].argmax(dim=1) == BLANK) and torch.all(out[10:, BLANK] == 0.0)
+    assert torch.equal(out[:kept], log_probs[:kept])
+    assert torch.all(out[kept:].argmax(dim=1) == BLANK) and torch.all(out[kept:, BLANK] == 0.0)
     on.advance(log_probs[:3])  # no levels: nothing is background, nothing suppressed
     assert torch.equal(on.suppressed(log_probs[:3]), log_probs[:3])

@@ -13,7 +13,7 @@ import torch
 from asr.data.features import SAMPLE_RATE, FbankExtractor
 from asr.decode.options import DecodeOptions
 from asr.serve.encoders import OnnxChunkEncoder
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
 from asr.serve.multi_stream import MultiStreamRecognizer
 from tests.serve.helpers import noise

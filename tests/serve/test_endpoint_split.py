@@ -2,7 +2,7 @@
 
 import pytest
 
-from asr.serve.endpoint import EndpointConfig, EndpointDetector, EndpointRule, default_rules
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, EndpointRule, default_rules
 from tests.serve.test_endpoint_timestamps import BLANK, frames
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from asr.serve.endpoint import EndpointConfig, EndpointDetector, EndpointRule
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, EndpointRule
 from asr.serve.timestamps import Word, ctc_align, word_times
 
 BLANK, V = 0, 6

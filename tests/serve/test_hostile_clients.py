@@ -187,7 +187,7 @@ def test_a_list_not_compiled_within_the_budget_gets_a_failed_reply(model, tokeni
 
 
 def test_connections_without_a_list_never_compile_the_servers_list_again(model, tokenizer):
-    from asr.serve.endpoint import EndpointConfig
+    from asr.decode.endpoint import EndpointConfig
     from asr.serve.multi_stream import MultiStreamRecognizer
 
     rec = MultiStreamRecognizer(model, tokenizer, DecodeOptions(chunk_size=4, left_chunks=2),

@@ -6,7 +6,7 @@ from asr.data.features import SAMPLE_RATE
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch, ctc_prefix_beam_search
 from asr.decode.options import DecodeOptions
 from asr.lm import ShallowFusion, train_token_lm
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.streaming.recognizer import StreamingRecognizer
 from tests.serve.helpers import noise

@@ -8,7 +8,7 @@ import torch
 from asr.data.features import SAMPLE_RATE, FbankExtractor
 from asr.decode.ctc_prefix_beam import ctc_prefix_beam_search
 from asr.decode.options import DecodeOptions
-from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.decode.endpoint import EndpointConfig, EndpointRule
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.streaming.recognizer import StreamingRecognizer
 from tests.serve.helpers import noise

@@ -11,7 +11,7 @@ from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
 from asr.serve.encoders import OnnxChunkEncoder
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.export import EncoderStep, OnnxEncoderStep, export_onnx
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig

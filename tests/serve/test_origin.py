@@ -14,7 +14,7 @@ from websockets.http11 import Request
 
 from asr.cli import serve as serve_script
 from asr.decode.options import DecodeOptions
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.origin import OriginPolicy, normalize_origin
 from asr.serve.server import AsrServer, ServerConfig

@@ -22,7 +22,7 @@ from asr.data.audio import resample_int16
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
-from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.decode.endpoint import EndpointConfig, EndpointRule
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.browser import needs_browser, running, speak_into_page, stop_server

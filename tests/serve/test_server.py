@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve.client import Reply, stream_audio
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.protocol import float_to_pcm16
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig

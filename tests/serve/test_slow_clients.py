@@ -7,7 +7,7 @@ import torch
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve.client import stream_audio
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.server import AsrServer, ServerConfig
 from tests.serve.helpers import noise

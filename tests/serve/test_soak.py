@@ -10,7 +10,7 @@ import torch
 from asr.bench.soak import SoakConfig, draw_lists, make_pairs, soak
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
-from asr.serve.endpoint import EndpointConfig
+from asr.decode.endpoint import EndpointConfig
 from asr.serve.multi_stream import MultiStreamRecognizer
 from tests.serve.helpers import noise
 

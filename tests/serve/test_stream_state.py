@@ -13,7 +13,7 @@ import torch
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
 from asr.serve import multi_stream
-from asr.serve.endpoint import EndpointConfig, EndpointRule
+from asr.decode.endpoint import EndpointConfig, EndpointRule
 from asr.serve.multi_stream import MultiStreamRecognizer
 from asr.serve.stream_state import ALLOWED_MOVES, StreamState, StreamStateError, move
 from tests.serve.helpers import noise

@@ -207,7 +207,7 @@ def test_server_sessions_with_the_vad_give_one_final_per_sentence(model, tokeniz
     import asyncio
 
     from asr.serve.client import stream_audio
-    from asr.serve.endpoint import EndpointConfig
+    from asr.decode.endpoint import EndpointConfig
     from asr.serve.server import AsrServer, ServerConfig
 
     audio = torch.cat([silence(2.0), sentence, silence(1.5), sentence, silence(1.0)])
