@@ -65,10 +65,10 @@ import torch  # noqa: E402
 
 from asr.decode.hotwords import (DEFAULT_MAX_PHRASE_CHARS, DEFAULT_MAX_PHRASES, add_hotword_arguments,  # noqa: E402
                                  read_hotwords)
+from asr.decode.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS, EndpointConfig  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 add_threads_argument, options_from_args)
 from asr.lm import add_lm_arguments, fusion_from_args  # noqa: E402
-from asr.decode.endpoint import DEFAULT_TRAILING_SILENCE_S, ENDPOINT_RESETS, EndpointConfig  # noqa: E402
 from asr.serve.origin import OriginPolicy  # noqa: E402
 from asr.streaming.vad import add_vad_arguments, vad_from_args  # noqa: E402
 

@@ -20,6 +20,7 @@ Axis legend: B batch, T feature frames, F feature bins.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from collections import Counter
@@ -352,16 +353,18 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
              torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True))  # (B, T, F)
     lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
     advance = None if bar is None else bar.update
+
+    def search(enc_out, enc_lens, mode, bias=biasing):
+        """One mode's search; the LMs and hotwords go to the modes that take them."""
+        fused = mode in FUSED_MODES
+        return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
+                              biasing=bias if fused else None, **options)
+
     if endpoints is not None and resets_apply(model.encoder, chunk_size, left_chunks, feats.size(1)):
         for k, i in enumerate(group):
             bias = biasing if biasing is None or isinstance(biasing, Biasing) else [biasing[k]]
-
-            def search(enc_out, enc_lens, mode, bias=bias):
-                fused = mode in FUSED_MODES
-                return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
-                                      biasing=bias if fused else None, **options)
-
-            tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes, search, chunk_size,
+            tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes,
+                                                             functools.partial(search, bias=bias), chunk_size,
                                                              left_chunks, endpoints, time.perf_counter, advance)
             for mode in modes:
                 seconds[mode] += spent[mode]
@@ -375,9 +378,7 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
             if bar is not None:
                 bar.set_postfix_str(mode)
             start = time.perf_counter()
-            fused = mode in FUSED_MODES
-            ids = search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
-                                 biasing=biasing if fused else None, **options)
+            ids = search(enc_out, enc_lens, mode)
             seconds[mode] += encoding + time.perf_counter() - start
             for i, hyp in zip(group, ids):
                 hyps[mode][i] = tokenizer.decode(hyp)

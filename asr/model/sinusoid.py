@@ -30,14 +30,26 @@ def sinusoid_table(positions: Tensor, dim: int) -> Tensor:
     """
     if torch.onnx.is_in_onnx_export():
         return exported_table(positions, dim)
+    angles = sinusoid_angles(positions, dim)  # (N, half)
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (N, half, 2)
+    return table.flatten(1)[:, :dim]  # (N, dim)
+
+
+def sinusoid_angles(positions: Tensor, dim: int) -> Tensor:
+    """The angles p w_m of the table's frequencies, w_m = 10000^(-2m/dim), every one of them: for an
+    odd ``dim`` the last frequency's cos channel, which the table drops, has its angle here too.
+
+    Args:
+        positions: (N,) float positions (float64: see the module docstring).
+    Returns:
+        (N, ceil(dim / 2)) in ``positions.dtype``.
+    """
     half = (dim + 1) // 2
     inv_freq = torch.exp(
         torch.arange(half, device=positions.device, dtype=positions.dtype)
         * (-2.0 * math.log(10000.0) / dim)
     )
-    angles = positions[:, None] * inv_freq  # (N, half)
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (N, half, 2)
-    return table.flatten(1)[:, :dim]  # (N, dim)
+    return positions[:, None] * inv_freq  # (N, half)
 
 
 # Phases in units of 2^-PHASE_BITS of a turn: p * step stays below 2^63 for |p| < 2^25 positions.

@@ -24,12 +24,12 @@ from typing import Any, Protocol
 import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.decode.hotwords import Biasing
 from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
-from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.result import Hypothesis, Result

@@ -439,11 +439,6 @@ def _long_utterance(rng, split: str, profile: SynthProfile | None = None) -> Mad
     return None if passage is None else Made(passage[0], voice, passage[1], None)
 
 
-def _make_utterance(job: tuple[int, str, int, str, str]) -> UtteranceMeta:
-    """Synthesize utterance `index` of `split` and write its FLAC file (and its clean copy's)."""
-    return _make_copies(job)[0]
-
-
 def _make_copies(job: tuple[int, str, int, str, str]) -> tuple[UtteranceMeta, UtteranceMeta | None]:
     """Pool task: synthesize utterance `index` of `split`, write its FLAC file and, for a clean-copy
     profile's train split, its clean copy's (asr.synth.clean_copy); their records."""

@@ -221,12 +221,12 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
     written = {}
     for name in ("clean", "varied"):
         (tmp_path / name / "audio" / "dev").mkdir(parents=True)
-        meta = corpus._make_utterance((5, "dev", 0, str(tmp_path / name), name))
+        meta = corpus._make_copies((5, "dev", 0, str(tmp_path / name), name))[0]
         assert meta.conditions is None and meta.pitch_span == 50 and meta.word_gap == 0
         written[name] = (tmp_path / name / meta.audio_path).read_bytes()
     assert written["varied"] == written["clean"]
     (tmp_path / "varied" / "audio" / "train").mkdir()
-    train = corpus._make_utterance((5, "train", 0, str(tmp_path / "varied"), "varied"))
+    train = corpus._make_copies((5, "train", 0, str(tmp_path / "varied"), "varied"))[0]
     assert train.conditions is not None and "peak=" in train.conditions
 
 

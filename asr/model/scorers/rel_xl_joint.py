@@ -38,14 +38,13 @@ runs the math kernel: its flash kernel has no dropout).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from asr.model.scorers.blocked import Mask
 from asr.model.scorers.fused import sdpa_attend
+from asr.model.sinusoid import sinusoid_angles
 
 # Joint and value widths are rounded up to this many channels (see the module docstring).
 CHANNEL_ALIGN = 8
@@ -53,21 +52,6 @@ CHANNEL_ALIGN = 8
 
 def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
-
-
-def frequency_angles(times: Tensor, dim: int) -> Tensor:
-    """Angles t w_m of the sinusoid of width ``dim`` (w_m = 10000^(-2m/dim), as
-    :func:`asr.model.sinusoid.sinusoid_table`), for every frequency, including the last one of an
-    odd ``dim`` whose cos channel the table drops.
-
-    Args:
-        times: (N,) float64.
-    Returns:
-        (N, ceil(dim / 2)) float64.
-    """
-    half = (dim + 1) // 2
-    inv_freq = torch.exp(torch.arange(half, device=times.device, dtype=torch.float64) * (-2.0 * math.log(10000.0) / dim))
-    return times[:, None] * inv_freq  # (N, half)
 
 
 def joint_queries_keys(q: Tensor, k: Tensor, pos_bias_u: Tensor, pos_bias_v: Tensor, pos_weight: Tensor,
@@ -89,7 +73,7 @@ def joint_queries_keys(q: Tensor, k: Tensor, pos_bias_u: Tensor, pos_bias_v: Ten
     width = _round_up(dh + 2 * half, CHANNEL_ALIGN)
     origin = kk // 2  # only i - j matters: centring the call's times keeps the angles small
     key_times = torch.arange(kk, device=q.device, dtype=torch.float64) - origin  # (K,)
-    angles = frequency_angles(key_times, d_model)  # (K, half)
+    angles = sinusoid_angles(key_times, d_model)  # (K, half), float64
     sin_k, cos_k = angles.sin().to(q.dtype), angles.cos().to(q.dtype)  # (K, half) each
     # The query a is key M + a: its angles are rows M.. of the keys'.
     sin_q, cos_q = sin_k[kk - c :], cos_k[kk - c :]  # (C, half)
@@ -125,4 +109,4 @@ def joint_attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, pos_bias_u: Tensor
     return sdpa_attend(queries, keys, values, mask, dropout)[..., :dh]  # (B, H, C, Dh)
 
 
-__all__ = ["joint_attend", "joint_queries_keys", "frequency_angles"]
+__all__ = ["joint_attend", "joint_queries_keys"]
