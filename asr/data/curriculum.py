@@ -6,6 +6,13 @@ with a clean-copy profile (`asr.synth.clean_copy`) holds both copies of every tr
 synthesis; ``data.curriculum_cuts`` names the clean manifest and ``data.curriculum_epochs`` how many
 epochs read it before the main train manifest takes over.
 
+Mixed later stage (``data.curriculum_mix``): the later epochs read both manifests, each clean copy beside
+its room copy. Trained on the rooms alone after the clean stage, the model forgets part of the clean
+speech it learnt (data/results/robust.md); reading both keeps it hearing clean voices. The two manifests
+are interleaved at random with a fixed seed (:func:`mixed_cuts`), not chained: the sampler shuffles a
+stream through a bounded buffer, and a chain longer than the buffer would give the room copies first and
+the clean copies last in every epoch.
+
 Resume and DDP: each manifest has its own Lhotse sampler (sharded by rank as the train sampler is), and
 the epoch alone says which one draws, so a sampler's batches stay a pure function of (cuts, seed, epoch)
 and the loader's resume position (`asr.data.loader.TrainPosition`: epoch, sampler batches) means the
@@ -16,14 +23,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from lhotse import CutSet
 
-def check_curriculum(cuts_file: str | None, epochs: int, shar: bool) -> None:
+
+def check_curriculum(cuts_file: str | None, epochs: int, shar: bool, mix: bool = False) -> None:
     """The curriculum options, or a ValueError naming them."""
     if epochs < 0 or (cuts_file is None) != (epochs == 0):
         raise ValueError(f"curriculum_cuts ({cuts_file!r}) and curriculum_epochs ({epochs}) go together: a "
                          f"manifest and >= 1 epochs, or null and 0 (no curriculum)")
     if cuts_file is not None and shar:
         raise ValueError("curriculum_cuts reads manifests; a Shar train source (shar_dir) has no curriculum")
+    if mix and cuts_file is None:
+        raise ValueError("curriculum_mix reads curriculum_cuts in the later epochs too: it needs a curriculum "
+                         "(curriculum_cuts and curriculum_epochs)")
+
+
+def mixed_cuts(main: CutSet, first: CutSet, seed: int) -> CutSet:
+    """Every cut of ``main`` and of ``first`` once, interleaved at random by ``seed`` (lazily: neither is
+    read into memory). Each next cut comes from either manifest with a probability proportional to its
+    size, so both run out near the end of the epoch and any stretch of it holds both in their shares."""
+    sizes = [_count(main), _count(first)]
+    return CutSet.mux(main, first, weights=sizes, seed=seed)
+
+
+def _count(cuts: CutSet) -> int:
+    """The number of cuts (one pass over a lazy manifest; ids only)."""
+    return sum(1 for _ in cuts)
 
 
 class CurriculumSampler:

@@ -12,7 +12,8 @@ draws exactly the same batches as from an eagerly loaded manifest, since Lhotse'
 dynamic samplers stream either kind the same way. ``shar_dir`` reads Lhotse Shar
 shards instead (`asr.data.shar`): each rank its own shards, reshuffled per epoch.
 ``curriculum_cuts`` trains the first ``curriculum_epochs`` epochs on another manifest
-(`asr.data.curriculum`: a rooms corpus's clean copies first).
+(`asr.data.curriculum`: a rooms corpus's clean copies first); with ``curriculum_mix`` the later
+epochs read both manifests.
 Dev and test splits are small and are held in memory.
 
 Resume. `state_dict()` records where the current epoch stands (`asr.data.loader`);
@@ -41,7 +42,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.buckets import BucketPadded, check_buckets
-from asr.data.curriculum import CurriculumSampler, check_curriculum
+from asr.data.curriculum import CurriculumSampler, check_curriculum, mixed_cuts
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
@@ -125,6 +126,7 @@ class AsrDataModule(L.LightningDataModule):
         token_multiple: int = 1,
         curriculum_cuts: str | None = None,
         curriculum_epochs: int = 0,
+        curriculum_mix: bool = False,
     ) -> None:
         super().__init__()
         if max_duration_per_utt > max_duration:
@@ -140,9 +142,10 @@ class AsrDataModule(L.LightningDataModule):
         if feature_store and shar_dir:
             raise ValueError("feature_store reads manifests; with shar_dir, train from the shards' audio "
                              "(feature_store=null)")
-        check_curriculum(curriculum_cuts, curriculum_epochs, shar=bool(shar_dir))
+        check_curriculum(curriculum_cuts, curriculum_epochs, shar=bool(shar_dir), mix=curriculum_mix)
         self.data_dir = Path(data_dir)
         self.curriculum_cuts, self.curriculum_epochs = curriculum_cuts, curriculum_epochs
+        self.curriculum_mix = curriculum_mix
         if curriculum_cuts is not None and not self._manifest_path(curriculum_cuts).is_file():
             raise FileNotFoundError(
                 f"curriculum_cuts: {self._manifest_path(curriculum_cuts)} is missing (a clean-copy profile such as "
@@ -302,10 +305,11 @@ class AsrDataModule(L.LightningDataModule):
     def train_dataloader(self) -> SkipCountingLoader:
         cuts, shar = self._train_source()
         with _quiet_eager_warning():
-            sampler = self._train_sampler(cuts, shar)
-            if self.curriculum_cuts is not None:
-                first = self._train_sampler(self._train_source(self.curriculum_cuts)[0], None)
-                sampler = CurriculumSampler(first, sampler, self.curriculum_epochs)
+            first_cuts = self._train_source(self.curriculum_cuts)[0] if self.curriculum_cuts is not None else None
+            later_cuts = mixed_cuts(cuts, first_cuts, self.seed) if self.curriculum_mix else cuts
+            sampler = self._train_sampler(later_cuts, shar)
+            if first_cuts is not None:
+                sampler = CurriculumSampler(self._train_sampler(first_cuts, None), sampler, self.curriculum_epochs)
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
         dataset = AsrDataset(
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,

@@ -1,6 +1,6 @@
 """The curriculum by epoch (asr.data.curriculum): epoch 0 reads the clean manifest, later epochs the main
-one; a run resumed inside either stage continues with the uninterrupted run's batches; bad options fail
-when the data module is built."""
+one (or, mixed, both interleaved); a run resumed inside either stage continues with the uninterrupted run's
+batches; bad options fail when the data module is built."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from asr.data.curriculum import mixed_cuts
 from asr.data.datamodule import AsrDataModule
 from asr.data.manifest import read_cuts, write_cuts
 from asr.synth.clean_copy import CLEAN_MANIFEST, clean_copy_id
@@ -45,6 +46,11 @@ def clean_manifest(tiny_corpus, tmp_path_factory) -> Path:
     return out
 
 
+def _ids_by_epoch(run: EpochKeyRecorder) -> dict[int, list[str]]:
+    """The cut ids of each epoch in the order they were trained on."""
+    return {e: [k for keys, ep in zip(run.keys, run.epochs) if ep == e for k in keys] for e in range(3)}
+
+
 def _dm(corpus, tok, clean, epochs=1, **overrides):
     options = dict(max_duration=8.0, num_workers=0, speed_perturb=False, spec_augment=False,
                    max_duration_per_utt=8.0, num_buckets=2, seed=7, curriculum_cuts=str(clean) if clean else None,
@@ -70,7 +76,7 @@ def full_run(tiny_corpus, char_dir, clean_manifest, tmp_path_factory) -> EpochKe
 
 
 def test_epoch_zero_reads_the_clean_manifest_and_later_epochs_the_main_one(full_run, tiny_corpus, clean_manifest):
-    by_epoch = {e: [k for keys, ep in zip(full_run.keys, full_run.epochs) if ep == e for k in keys] for e in range(3)}
+    by_epoch = _ids_by_epoch(full_run)
     clean_ids = {c.id for c in read_cuts(clean_manifest)}
     main_ids = {c.id for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")}
     assert sorted(by_epoch[0]) == sorted(clean_ids)  # every clean copy once, nothing else
@@ -92,6 +98,47 @@ def test_a_run_resumed_in_either_stage_sees_the_uninterrupted_batches(full_run, 
     assert resumed.keys == full_run.keys[stop:]
 
 
+@pytest.fixture(scope="module")
+def mixed_run(tiny_corpus, char_dir, clean_manifest, tmp_path_factory) -> EpochKeyRecorder:
+    # a bucketing buffer of 2 cuts: a chain of the two manifests would reach the sampler in its order
+    return _fit(_dm(tiny_corpus, char_dir, clean_manifest, curriculum_mix=True, bucket_buffer_size=2),
+                tmp_path_factory.mktemp("mixed"))
+
+
+def test_mixed_later_epochs_read_both_manifests_interleaved(mixed_run, tiny_corpus, clean_manifest):
+    by_epoch = _ids_by_epoch(mixed_run)
+    clean_ids = {c.id for c in read_cuts(clean_manifest)}
+    main_ids = {c.id for c in read_cuts(tiny_corpus / "cuts_train.jsonl.gz")}
+    assert sorted(by_epoch[0]) == sorted(clean_ids)
+    for epoch in (1, 2):
+        ids = by_epoch[epoch]
+        assert sorted(ids) == sorted(clean_ids | main_ids)  # every cut of both, once
+        first_half = set(ids[: len(ids) // 2])
+        assert first_half & clean_ids and first_half & main_ids  # interleaved, not main then clean
+    assert by_epoch[1] != by_epoch[2]
+
+
+def test_a_run_resumed_in_the_mixed_stage_sees_the_uninterrupted_batches(mixed_run, tiny_corpus, char_dir,
+                                                                        clean_manifest, tmp_path):
+    stop = mixed_run.epochs.index(1) + 2
+    options = dict(curriculum_mix=True, bucket_buffer_size=2)
+    first = _fit(_dm(tiny_corpus, char_dir, clean_manifest, **options), tmp_path / "a", max_steps=stop,
+                 save_every=stop)
+    resumed = _fit(_dm(tiny_corpus, char_dir, clean_manifest, **options), tmp_path / "b",
+                   ckpt_path=tmp_path / "a" / "interrupted.ckpt")
+    assert first.keys == mixed_run.keys[:stop]
+    assert resumed.keys == mixed_run.keys[stop:]
+
+
+def test_mixed_cuts_holds_each_cut_once_in_a_seeded_order(tiny_corpus, clean_manifest):
+    main = read_cuts(tiny_corpus / "cuts_train.jsonl.gz")
+    clean = read_cuts(clean_manifest)
+    orders = {seed: [c.id for c in mixed_cuts(main, clean, seed)] for seed in (0, 1)}
+    assert sorted(orders[0]) == sorted([c.id for c in main] + [c.id for c in clean])
+    assert orders[0] == [c.id for c in mixed_cuts(main, clean, 0)]  # the same seed, the same order
+    assert orders[0] != orders[1]
+
+
 def test_the_feature_store_holds_the_curriculum_manifest(tiny_corpus, char_dir, clean_manifest, tmp_path):
     dm = _dm(tiny_corpus, char_dir, clean_manifest, feature_store=str(tmp_path / "store"))
     assert dm._stored_splits() == ["cuts_train.jsonl.gz", str(clean_manifest), "cuts_dev.jsonl.gz"]
@@ -110,3 +157,5 @@ def test_bad_curriculum_options_fail_when_the_data_module_is_built(tiny_corpus, 
         _dm(tiny_corpus, char_dir, tmp_path / "nowhere.jsonl.gz")
     with pytest.raises(ValueError, match="Shar"):
         _dm(tiny_corpus, char_dir, clean_manifest, shar_dir=str(tiny_shar))
+    with pytest.raises(ValueError, match="curriculum_mix .*needs a curriculum"):
+        _dm(tiny_corpus, char_dir, None, epochs=0, curriculum_mix=True)
