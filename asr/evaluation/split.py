@@ -268,7 +268,8 @@ def evaluate_utterances(
                   f"{format_bytes(need)}, over the {format_bytes(memory_budget)} memory budget; decode it with "
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
                   f"--memory-budget", file=sys.stderr)
-        for group, forced in groups:
+        for group, forced in ((part, forced) for group, forced in groups
+                              for part in _endpoint_parts(model, group, frames, chunk_size, left_chunks, endpoints)):
             blocked_units += len(group) if forced else 0
             group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
                              else [biasing.get(utts[owner[i]].key) for i in group])
@@ -331,6 +332,18 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
                                    (end - start) * FRAME_SHIFT_S))
             owner.append(i)
     return units, owner, cuts
+
+
+def _endpoint_parts(model, group: list[int], frames: list[int], chunk_size: int, left_chunks: int,
+                    endpoints: EndpointConfig | None) -> list[list[int]]:
+    """``group`` as the parts `_decode_group` takes: with endpoints, each input that streams on its own length
+    alone (decoded through its endpoints) and the others together; a short input batched beside a long one
+    is decoded as it would be in a batch of its own, not through endpoints its padding made."""
+    if endpoints is None:
+        return [group]
+    streamed = [i for i in group if resets_apply(model.encoder, chunk_size, left_chunks, frames[i])]
+    rest = [i for i in group if i not in streamed]
+    return [[i] for i in streamed] + ([rest] if rest else [])
 
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],

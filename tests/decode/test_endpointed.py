@@ -154,6 +154,20 @@ def test_resets_off_decode_as_before_and_on_join_the_utterances(monkeypatch):
     assert on.summary()["endpoints"]["utterances"] == 2 and on.summary()["endpoints"]["inputs"] == 1
 
 
+def test_a_short_input_batched_beside_a_long_one_is_not_decoded_through_endpoints(monkeypatch):
+    model = hearing_model()
+    data = long_set()
+    monkeypatch.setattr(long_audio, "STREAM_MIN_FRAMES", 80)
+    with torch.no_grad():
+        apart = evaluate_utterances(model, Letters(), data, ["ctc_greedy"], CHUNK, LEFT, batch_seconds=1.0,
+                                    endpoints=ENDPOINTS)
+        together = evaluate_utterances(model, Letters(), data, ["ctc_greedy"], CHUNK, LEFT, batch_seconds=100.0,
+                                       endpoints=ENDPOINTS)  # one batch: the short one padded to the long one
+    assert together.modes["ctc_greedy"].records == apart.modes["ctc_greedy"].records
+    assert "endpoint_utterances" not in together.modes["ctc_greedy"].records[1]
+    assert together.summary()["endpoints"]["inputs"] == 1
+
+
 def test_bad_settings_are_refused():
     model = hearing_model()
     feats = speech(100, 7)
