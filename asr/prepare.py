@@ -24,7 +24,8 @@ from asr.data.tokenizer import load_tokenizer, train_sentencepiece, write_char_u
 from asr.lm import (DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER, lm_path, save_arpa, save_word_lm, token_names,
                     train_token_lm, train_word_lm, word_lm_path)
 # corpus before capture: the two import each other, and only this order completes both
-from asr.synth.corpus import DEFAULT_PROFILE, PROFILES, SynthConfig, build_synth_corpus  # isort: skip
+from asr.synth.corpus import SynthConfig, build_synth_corpus  # isort: skip
+from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # isort: skip
 from asr.synth.capture import CAPTURE_SOURCES, build_capture_split, capture_file  # isort: skip
 from asr.synth.probes import DEV_PROBE_FILE, PROBE_FILE, build_probe_set
 from asr.synth.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file

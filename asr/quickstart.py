@@ -19,7 +19,8 @@ from pathlib import Path
 
 from asr.cli import CHECKOUT, child_env
 from asr.lm import lm_path, word_lm_path
-from asr.synth.corpus import DEFAULT_PROFILE, corpus_profile
+from asr.synth.corpus import corpus_profile
+from asr.synth.profiles import DEFAULT_PROFILE
 from asr.train.config import repository_conf_dir
 
 # What scripts/prepare_data.py writes by default. The tokenizer file is named after its

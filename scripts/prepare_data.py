@@ -43,7 +43,7 @@ import sys
 from asr.extras import MissingExtra
 from asr.lm import DEFAULT_LM_ORDER, DEFAULT_WORD_LM_ORDER
 from asr.prepare import CORPORA, MODEL_TYPES, UNITS, PrepareError, PrepareOptions, prepare_corpus
-from asr.synth.corpus import DEFAULT_PROFILE, PROFILES
+from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 
 
 def parse_args(argv: list[str] | None = None) -> PrepareOptions:
@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> PrepareOptions:
                         "through capture paths (asr/synth/capture.py TRAIN_RANGES: other settings than --capture's). "
                         "*_passages: neural_hibari or its capture30 with 10%% of train read as passages of 2-5 "
                         "sentences (asr/synth/passages.py) "
-                        "(asr/synth/corpus.py PROFILES). "
+                        "(asr/synth/profiles.py PROFILES). "
                         "Dev, test and long are clean eSpeak under every profile")
     p.add_argument("--probes", action="store_true",
                    help="synth only: also build the length probe set (cuts_probe.jsonl.gz: 20 passages each of "

@@ -59,7 +59,7 @@ from asr.lm import lm_path, word_lm_path  # noqa: E402
 from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, corpus_ready,  # noqa: E402
                             decode, first_test_audio, reusable_report, run_step, timestamped)
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
-from asr.synth.corpus import DEFAULT_PROFILE, PROFILES  # noqa: E402
+from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
 from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
 

@@ -16,7 +16,7 @@ of 0.1 loses less to a silent lead-in but reads worse everywhere, passages inclu
 quickstart's budget (data/results/long_audio.md), so no passage share is in the default.
 
 A profile turns passages on with its ``passages`` field (:class:`PassageRanges`,
-``asr.synth.corpus.SynthProfile``). Whether train utterance ``index`` is a passage is drawn from
+``asr.synth.profiles.SynthProfile``). Whether train utterance ``index`` is a passage is drawn from
 its own RNG stream (:func:`is_passage`), so every single-sentence utterance of such a corpus is
 the very utterance the corpus without passages has at that index.
 """

@@ -3,7 +3,7 @@
 import json
 
 from asr import quickstart
-from asr.synth.corpus import DEFAULT_PROFILE, PROFILES
+from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 
 
 def test_corpus_ready_needs_every_file_and_the_default_profile(tmp_path):

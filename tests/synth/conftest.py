@@ -15,11 +15,11 @@ def _one_thread():
 def train_speakers():
     """speakers(profile_name, count) -> the speaker labels of the first ``count`` train indices
     that fall within the duration bounds (first attempt only), as the profile draws them."""
-    from asr.synth import corpus
+    from asr.synth import corpus, profiles
     from asr.synth.sentences import sentence_rng
 
     def speakers(profile_name: str, count: int) -> list[str]:
-        profile = corpus.PROFILES[profile_name]
+        profile = profiles.PROFILES[profile_name]
         assert not profile.is_clean and profile.for_split("test").is_clean  # only train is changed
         corpus._init_worker()
         made = (corpus._short_utterance(sentence_rng(0, "train", i, 0), "train", profile) for i in range(count))

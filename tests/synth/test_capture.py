@@ -204,11 +204,11 @@ def test_a_capture_profile_changes_only_the_audio_of_its_share(monkeypatch):
     """Same sentence, voice and pre-capture audio as the profile without capture (its draws come last);
     about capture_share of the utterances changed, each described with parameters from TRAIN_RANGES;
     the same seed gives the same bytes."""
-    from asr.synth import corpus
+    from asr.synth import corpus, profiles
     from asr.synth.sentences import sentence_rng
 
     corpus._init_worker()
-    plain = corpus.PROFILES["padded"]
+    plain = profiles.PROFILES["padded"]
     captured = dataclasses.replace(plain, capture=TRAIN_RANGES, capture_share=0.5)
     changed = 0
     for index in range(16):

@@ -16,7 +16,8 @@ from asr.data.manifest import read_cuts
 from asr.synth import corpus
 from asr.synth.capture import TRAIN_RANGES
 from asr.synth.clean_copy import CLEAN_MANIFEST, CLEAN_SPLIT, clean_copy_id
-from asr.synth.corpus import ROOM_RANGES, SynthConfig, SynthProfile, build_synth_corpus
+from asr.synth.corpus import SynthConfig, build_synth_corpus
+from asr.synth.profiles import PROFILES, ROOM_RANGES, SynthProfile
 
 TINY = dict(seed=5, workers=1, train_hours=0.003, dev_hours=0.0, test_hours=0.0, long_hours=0.0)
 BASE = SynthProfile(varied_voices=False, conditions=None, capture=TRAIN_RANGES, capture_share=0.5)
@@ -25,9 +26,9 @@ CURRICULUM = dataclasses.replace(ROOMS, clean_copy=True)
 
 
 @pytest.fixture
-def profiles(monkeypatch):
+def tiny_profiles(monkeypatch):
     for name, profile in {"t_base": BASE, "t_rooms": ROOMS, "t_rooms_cur": CURRICULUM}.items():
-        monkeypatch.setitem(corpus.PROFILES, name, profile)
+        monkeypatch.setitem(PROFILES, name, profile)
 
 
 def _digests(folder, names):
@@ -39,7 +40,7 @@ def _room_files(folder):
                                            for p in (folder / "audio" / "train").glob("*.flac"))]
 
 
-def test_room_copies_stay_and_clean_copies_are_the_profile_without_surroundings(profiles, tmp_path):
+def test_room_copies_stay_and_clean_copies_are_the_profile_without_surroundings(tiny_profiles, tmp_path):
     quiet = dict(log=lambda *_: None)
     built = tmp_path / "cur"
     summary = build_synth_corpus(SynthConfig(str(built), profile="t_rooms_cur", **TINY), **quiet)
@@ -75,7 +76,7 @@ def test_room_copies_stay_and_clean_copies_are_the_profile_without_surroundings(
     assert CLEAN_SPLIT not in corpus.summarize_corpus(built)["splits"]
 
 
-def test_a_missing_clean_manifest_rebuilds_the_train_split(profiles, tmp_path, monkeypatch):
+def test_a_missing_clean_manifest_rebuilds_the_train_split(tiny_profiles, tmp_path, monkeypatch):
     built = tmp_path / "cur"
     logged = []
     build_synth_corpus(SynthConfig(str(built), profile="t_rooms_cur", **TINY), log=logged.append)
@@ -86,10 +87,10 @@ def test_a_missing_clean_manifest_rebuilds_the_train_split(profiles, tmp_path, m
 
 
 def test_the_curriculum_profile_is_the_rooms_profile_with_clean_copies():
-    rooms = corpus.PROFILES["neural_hibari_capture30_rooms"]
-    curriculum = corpus.PROFILES["neural_hibari_capture30_rooms_curriculum"]
+    rooms = PROFILES["neural_hibari_capture30_rooms"]
+    curriculum = PROFILES["neural_hibari_capture30_rooms_curriculum"]
     assert curriculum == dataclasses.replace(rooms, clean_copy=True) and not rooms.clean_copy
-    assert curriculum.without_surroundings() == corpus.PROFILES["neural_hibari_capture30"]
+    assert curriculum.without_surroundings() == PROFILES["neural_hibari_capture30"]
     assert not curriculum.for_split("dev").clean_copy  # evaluation splits stay clean, one copy
     with pytest.raises(ValueError, match="clean_copy needs surroundings"):
-        dataclasses.replace(corpus.PROFILES["neural_hibari_capture30"], clean_copy=True)
+        dataclasses.replace(PROFILES["neural_hibari_capture30"], clean_copy=True)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from asr.synth import corpus
+from asr.synth import corpus, profiles
 from asr.synth.conditions import (
     NOISE_COLOURS, ConditionRanges, Conditions, apply_conditions, coloured_noise, draw_conditions,
     impulse_response,
@@ -204,8 +204,8 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
     corpus._init_worker()
     same_text = 0
     for index in range(6):
-        clean = corpus._short_utterance(sentence_rng(5, "train", index), "train", corpus.PROFILES["clean"])
-        varied = corpus._short_utterance(sentence_rng(5, "train", index), "train", corpus.PROFILES["varied"])
+        clean = corpus._short_utterance(sentence_rng(5, "train", index), "train", profiles.PROFILES["clean"])
+        varied = corpus._short_utterance(sentence_rng(5, "train", index), "train", profiles.PROFILES["varied"])
         if clean is None or varied is None:
             continue  # a draw outside the duration bounds is retried with the next attempt's seed
         assert varied[0] == clean[0]
@@ -214,7 +214,7 @@ def test_varied_utterance_keeps_the_words_and_changes_the_sound(tmp_path):
         same_text += 1
     assert same_text >= 3
     # every profile leaves the evaluation splits clean; only train takes it
-    for name, profile in corpus.PROFILES.items():
+    for name, profile in profiles.PROFILES.items():
         assert profile.for_split("train") is profile
         assert all(profile.for_split(split).is_clean for split in ("dev", "test", "long"))
         assert profile.is_clean == (name == "clean")
@@ -266,10 +266,10 @@ def test_unknown_profile_is_rejected():
 
 def test_edge_silence_pads_both_ends_within_the_split_bounds():
     corpus._init_worker()
-    padded_profile = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3))
+    padded_profile = profiles.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3))
     checked = 0
     for index in range(6):
-        plain = corpus._short_utterance(sentence_rng(9, "train", index), "train", corpus.PROFILES["clean"])
+        plain = corpus._short_utterance(sentence_rng(9, "train", index), "train", profiles.PROFILES["clean"])
         padded = corpus._short_utterance(sentence_rng(9, "train", index), "train", padded_profile)
         if plain is None:
             continue
@@ -286,14 +286,14 @@ def test_edge_silence_pads_both_ends_within_the_split_bounds():
         checked += 1
     assert checked >= 3
     # a floor well above one int16 step is really there (not zeros)
-    loud_floor = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3),
+    loud_floor = profiles.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(0.3, 0.3),
                                     noise_floor_db=(-40.0, -40.0))
     result = next(r for r in (corpus._short_utterance(sentence_rng(9, "train", i), "train", loud_floor)
                               for i in range(6)) if r is not None)
     edge = result[2][: int(0.3 * SAMPLE_RATE)].astype(np.float64)
     assert np.count_nonzero(edge) > 0.9 * edge.size
     # never past the split's longest duration: a 9.8 s utterance gets at most 0.1 s each side
-    huge = corpus.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
+    huge = profiles.SynthProfile(varied_voices=False, conditions=None, edge_silence_s=(5.0, 5.0))
     for index in range(4):
         result = corpus._short_utterance(sentence_rng(9, "train", index), "train", huge)
         if result is not None:

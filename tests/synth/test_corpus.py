@@ -7,7 +7,8 @@ import pytest
 from asr.data.manifest import read_cuts
 from asr.extras import MissingExtra
 from asr.synth import corpus
-from asr.synth.corpus import SynthConfig, SynthProfile, build_synth_corpus
+from asr.synth.corpus import SynthConfig, build_synth_corpus
+from asr.synth.profiles import SynthProfile
 from asr.synth.voices import HELD_OUT_VARIANTS, TRAIN_VARIANTS, split_voices
 
 SMALL = dict(train_hours=0.004, dev_hours=0.0, test_hours=0.0, long_hours=0.0)

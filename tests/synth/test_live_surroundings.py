@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asr.data.features import SAMPLE_RATE
-from asr.synth import corpus
+from asr.synth import corpus, profiles
 from asr.synth.live import BACKGROUNDS, LiveRanges, LiveSetting, apply_live, background, draw_live
 from asr.synth.sentences import sentence_rng
 
@@ -79,7 +79,7 @@ def test_impossible_ranges_are_refused(fields, message):
 def test_live_profile_changes_only_the_audio_around_the_same_sentences():
     """Same seed: the live profile reads the same texts with the same voices; the audio it makes live is the
     base profile's with silence and a background around it, reproducibly."""
-    base = dataclasses.replace(corpus.PROFILES["neural_hibari_capture30"], pico_share=0.0, neural_share=0.0)
+    base = dataclasses.replace(profiles.PROFILES["neural_hibari_capture30"], pico_share=0.0, neural_share=0.0)
     live = dataclasses.replace(base, live=LiveRanges(share=1.0))
     assert not live.is_clean and live.for_split("test").is_clean
     corpus._init_worker()

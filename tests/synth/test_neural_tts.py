@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from asr.synth import corpus, neural_tts
+from asr.synth import corpus, neural_tts, profiles
 from asr.synth.formants import RESAMPLE_STEP_HZ
 from asr.data.features import SAMPLE_RATE
 from asr.synth.neural_tts import (
@@ -137,7 +137,7 @@ def test_speed_and_formant_scale_change_the_duration(engine):
 
 def test_neural_profile_mixes_three_engines_in_train_only(train_speakers):
     _synthesizer()
-    profile = corpus.PROFILES["neural"]
+    profile = profiles.PROFILES["neural"]
     speakers = train_speakers("neural", 100)
     neural = sum(s.startswith(("hibari-", "piper-")) for s in speakers) / len(speakers)
     pico = sum(s.startswith("pico-") for s in speakers) / len(speakers)
@@ -159,7 +159,7 @@ def test_pico_profiles_draw_as_before_the_neural_option():
     for index in range(8):
         rng = sentence_rng(0, "train", index, 0)
         text = corpus._GEN(rng)
-        picked_pico = rng.random() < corpus.PROFILES["pico"].pico_share
-        made = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", corpus.PROFILES["pico"])
+        picked_pico = rng.random() < profiles.PROFILES["pico"].pico_share
+        made = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", profiles.PROFILES["pico"])
         if made is not None:
             assert made[0] == text and made[1].voice.startswith("pico-") == picked_pico

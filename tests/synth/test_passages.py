@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from asr.data.features import SAMPLE_RATE
-from asr.synth import corpus
+from asr.synth import corpus, profiles
 from asr.synth.passages import PassageRanges, is_passage, read_passage
 from asr.synth.sentences import sentence_rng
 
-CLEAN_PASSAGES = dataclasses.replace(corpus.CLEAN_PROFILE, passages=PassageRanges(share=0.5))
+CLEAN_PASSAGES = dataclasses.replace(profiles.CLEAN_PROFILE, passages=PassageRanges(share=0.5))
 
 
 def test_passage_decisions_follow_their_own_stream():
@@ -57,13 +57,13 @@ def test_read_passage_refuses_what_cannot_reach_its_shortest():
 
 def test_single_sentences_of_a_passage_corpus_are_those_of_the_corpus_without(tmp_path):
     plain = corpus.SynthConfig(str(tmp_path / "plain"), 0, 0.01, 0, 0, 0, 1, "clean")
-    corpus.PROFILES["_test_passages"] = CLEAN_PASSAGES
+    profiles.PROFILES["_test_passages"] = CLEAN_PASSAGES
     try:
         mixed = dataclasses.replace(plain, out_dir=str(tmp_path / "mixed"), profile="_test_passages")
         corpus.build_split(plain, "train")
         cuts, _ = corpus.build_split(mixed, "train")
     finally:
-        del corpus.PROFILES["_test_passages"]
+        del profiles.PROFILES["_test_passages"]
     passages = [c for c in cuts if c.custom.get("passage")]
     singles = [c for c in cuts if not c.custom.get("passage")]
     assert passages and singles

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from asr.synth import corpus, pico
+from asr.synth import corpus, pico, profiles
 from asr.synth.formants import RESAMPLE_STEP_HZ, draw_scale_rate, scale_frequencies
 from asr.data.features import SAMPLE_RATE
 from asr.synth.pico import (
@@ -84,7 +84,7 @@ def test_pico_profile_mixes_both_engines_in_train_only(train_speakers):
     share = sum(s.startswith("pico-") for s in speakers) / len(speakers)
     assert 0.25 < share < 0.55, share  # 0.4 asked; 120 draws
     # the same index gives the same utterance: text, speaker and samples
-    profile = corpus.PROFILES["pico"]
+    profile = profiles.PROFILES["pico"]
     a = corpus._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
     b = corpus._short_utterance(sentence_rng(0, "train", 3, 0), "train", profile)
     assert a[0] == b[0] and a[1] == b[1]
@@ -94,7 +94,7 @@ def test_pico_profile_mixes_both_engines_in_train_only(train_speakers):
 def test_clean_profile_draws_are_untouched_by_the_pico_option():
     """Profiles without a Pico share draw nothing for it: their corpora stay as they were."""
     corpus._init_worker()
-    clean = corpus._short_utterance(sentence_rng(0, "train", 5, 0), "train", corpus.CLEAN_PROFILE)
+    clean = corpus._short_utterance(sentence_rng(0, "train", 5, 0), "train", profiles.CLEAN_PROFILE)
     rng = sentence_rng(0, "train", 5, 0)
     text = corpus._GEN(rng)
     voice = corpus.draw_voice(rng, "train", False)
@@ -122,9 +122,9 @@ def test_draw_scale_rate_is_on_the_grid_and_covers_the_range():
 
 def test_espeak_formant_scale_changes_the_sound_not_the_words():
     corpus._init_worker()
-    scaled = corpus.PROFILES["pico_scaled"]
+    scaled = profiles.PROFILES["pico_scaled"]
     plain = dataclasses.replace(scaled, espeak_formant_scale=None)
-    assert plain == corpus.PROFILES["pico"] and not scaled.is_clean and scaled.for_split("dev").is_clean
+    assert plain == profiles.PROFILES["pico"] and not scaled.is_clean and scaled.for_split("dev").is_clean
     checked = 0
     for index in range(12):
         a = corpus._short_utterance(sentence_rng(0, "train", index, 0), "train", scaled)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from asr.data.features import SAMPLE_RATE
-from asr.synth import corpus
+from asr.synth import corpus, profiles
 from asr.synth.conditions import (ConditionRanges, Conditions, apply_conditions, babble_noise, coloured_noise,
                                   draw_conditions, music_like)
 from asr.synth.sentences import sentence_rng
@@ -71,14 +71,14 @@ def test_mixing_equals_a_float64_reference_at_the_drawn_snr(kind):
 
 
 def test_the_rooms_profile_is_the_default_profile_in_rooms_and_keeps_the_words():
-    rooms, base = corpus.PROFILES["neural_hibari_capture30_rooms"], corpus.PROFILES["neural_hibari_capture30"]
+    rooms, base = profiles.PROFILES["neural_hibari_capture30_rooms"], profiles.PROFILES["neural_hibari_capture30"]
     assert dataclasses.replace(rooms, conditions=None, edge_silence_s=None) == base
     assert rooms.conditions.music_share > 0 and rooms.conditions.babble_talkers[0] == 1
     assert all(rooms.for_split(split).is_clean for split in ("dev", "test", "long"))
     # the same utterance seeds say the same sentences with and without the rooms (eSpeak here: the
     # conditions and padding are what the profile adds)
     corpus._init_worker()
-    clean = corpus.PROFILES["clean"]
+    clean = profiles.PROFILES["clean"]
     in_rooms = dataclasses.replace(clean, conditions=rooms.conditions, edge_silence_s=rooms.edge_silence_s)
     compared = 0
     for index in range(8):
