@@ -38,6 +38,13 @@ chunk see less of what follows: a quiet onset there whose vowel falls in the nex
 by what came before it. The same decision ends utterances and, with ``suppress_background``,
 makes the frame a certain blank for the search, so the background's words are not emitted as
 the speaker's.
+
+The search is told a frame is background only when its whole chunk ahead of it is too
+(:func:`loudest_ahead`): a frame's output is computed from every frame of its chunk (chunk
+attention), so the recognizer emits a word on frames before the word's own audio, most of all on
+the first frames of a VAD segment, whose pre-roll is the silence before the onset. Judged by its
+own audio, such a frame would make the sentence's first word a blank. The endpoint rule keeps the
+window alone: counting those frames as speech would shorten the pause it measures.
 """
 
 from __future__ import annotations
@@ -200,6 +207,15 @@ def surrounding_levels(levels_db: np.ndarray, earlier_db: np.ndarray, each_side:
     return around
 
 
+def loudest_ahead(levels_db: np.ndarray) -> np.ndarray:
+    """(t,) per frame of ``levels_db`` (t,): the loudest known level from it to the last frame (its chunk's
+    rest). NaN levels are unknown; a frame whose own level is unknown stays NaN."""
+    levels_db = np.asarray(levels_db, dtype=np.float64)
+    ahead = np.fmax.accumulate(levels_db[::-1])[::-1]  # fmax skips NaN: NaN only where all ahead is unknown
+    ahead[np.isnan(levels_db)] = np.nan
+    return ahead
+
+
 class SpeakerLevel:
     """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
     margin), falling by ``decay_db_s`` a second; None until the first such frame."""
@@ -249,6 +265,7 @@ class EndpointDetector:
         self.trailing_silence_frames = 0
         self.speech_seen = False
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
+        self.search_background: list[bool] = []  # and so is the rest of its chunk: a certain blank for the search
 
     def advance(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None,
                 earlier_db: torch.Tensor | None = None) -> None:
@@ -293,7 +310,7 @@ class EndpointDetector:
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
-        self.background = []
+        self.background, self.search_background = [], []
         if self.speaker is None or levels_db is None:
             return blank
         if levels_db.shape != (log_probs.size(0),):
@@ -302,20 +319,23 @@ class EndpointDetector:
             raise ValueError(f"earlier_db must be (e,), got shape {tuple(earlier_db.shape)}.")
         levels = levels_db.double().numpy()
         earlier = earlier_db.double().numpy() if earlier_db is not None else np.zeros(0)
-        around = surrounding_levels(levels, earlier, self.context_frames).tolist()
+        around = surrounding_levels(levels, earlier, self.context_frames)
+        heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
         silent = []
-        for is_blank, level, level_around in zip(blank, levels.tolist(), around):
+        for is_blank, level, level_around, level_heard in zip(blank, levels.tolist(), around.tolist(), heard.tolist()):
             self.background.append(self.speaker.is_background(level_around))
+            self.search_background.append(self.speaker.is_background(level_heard))  # implies background
             silent.append(is_blank or self.background[-1])
             self.speaker.update(level, emitted=not is_blank)  # the speaker's level: the frame's own
         return silent
 
     def suppressed(self, log_probs: torch.Tensor) -> torch.Tensor:
-        """(t, V) ``log_probs`` of the last advance with its background frames made certain blanks (when
-        ``suppress_background``; else unchanged)."""
-        if not self.config.suppress_background or not any(self.background):
+        """(t, V) ``log_probs`` of the last advance with its background frames (``search_background``) made
+        certain blanks (when ``suppress_background``; else unchanged)."""
+        judged = self.search_background
+        if not self.config.suppress_background or not any(judged):
             return log_probs
-        mask = torch.tensor(self.background[: log_probs.size(0)] + [False] * (log_probs.size(0) - len(self.background)))
+        mask = torch.tensor(judged[: log_probs.size(0)] + [False] * (log_probs.size(0) - len(judged)))
         blank = torch.full_like(log_probs[0], float("-inf"))
         blank[self.blank_id] = 0.0
         return torch.where(mask[:, None], blank, log_probs)

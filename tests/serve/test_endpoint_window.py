@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE
-from asr.decode.endpoint import EndpointConfig, EndpointDetector, surrounding_levels
+from asr.decode.endpoint import EndpointConfig, EndpointDetector, loudest_ahead, surrounding_levels
 from tests.serve.test_endpoint_level import _stream
 from tests.serve.test_endpoint_reset import run
 from tests.serve.test_endpoint_timestamps import BLANK, frames
@@ -59,7 +59,8 @@ def test_a_quiet_consonant_between_loud_frames_is_not_suppressed():
     """Two frames 25 dB under the vowels either side: the speaker's, though each alone is under the margin."""
     levels = [SPEAKER] * 8 + [CONSONANT] * 2 + [SPEAKER] * 6
     assert not any(_judged(levels, "1" * 16))
-    assert _judged(levels, "1" * 16, speaker_window_s=0.0)[8:10] == [True, True]  # each frame by itself: lost
+    # Each frame by itself, at its chunk's end (nothing louder ahead in the chunk): lost.
+    assert _judged(levels, "1" * 16, chunk=10, speaker_window_s=0.0)[8:10] == [True, True]
 
 
 def test_a_quiet_onset_after_a_pause_is_kept_when_its_vowel_is_in_the_chunk():
@@ -145,3 +146,32 @@ def test_a_stream_judges_the_same_frames_whatever_the_pieces(model, tokenizer):
     judged = first[0]
     assert 20 <= sum(judged) <= 50  # most of the 2 s pause (50 frames), none of the speech
     assert not any(judged[:40])  # the speaker's first 1.6 s, its quiet consonant included
+
+
+def test_loudest_ahead_matches_a_frame_by_frame_reference():
+    rng = np.random.default_rng(7)
+    levels = rng.uniform(-80.0, -10.0, size=16)
+    levels[rng.random(16) < 0.2] = np.nan
+    levels[-1] = np.nan  # a last frame whose audio is not complete
+    expected = [math.nan if math.isnan(own) else max([x for x in levels[k:] if not math.isnan(x)])
+                for k, own in enumerate(levels)]
+    np.testing.assert_array_equal(loudest_ahead(levels), np.array(expected))
+    assert loudest_ahead(np.zeros(0)).shape == (0,)
+
+
+def test_a_first_word_emitted_on_the_silence_before_its_audio_is_kept():
+    """The speaker, a pause, then a chunk that starts with 7 frames of silence (a VAD segment's pre-roll) and
+    ends in the next sentence: the recognizer emits its first word on the chunk's first frames, before the
+    word's audio. The search keeps that word; the endpoint rule still hears silence there."""
+    levels = [SPEAKER] * 16 + [SILENCE] * 16 + [SILENCE] * 7 + [SPEAKER] * 9
+    tokens = "1" * 16 + "_" * 16 + "22" + "_" * 5 + "1" * 9
+    judged = _judged(levels, tokens)
+    assert judged[32:34] == [False, False]  # the word on the pre-roll: not made a blank
+    assert all(judged[19:32])  # the pause's own chunk: background
+    d = EndpointDetector(EndpointConfig(suppress_background=True), BLANK, frame_s=0.04)
+    levels_db = torch.tensor(levels, dtype=torch.float64)
+    d.advance(frames(tokens[:32]), levels_db[:32])
+    d.advance(frames(tokens[32:]), levels_db[32:], earlier_db=levels_db[32 - d.context_frames : 32])
+    assert d.background[:4] == [True] * 4 and not any(d.search_background)  # the rule: silence; the search: kept
+    # A chunk of silence alone (no speaker ahead in it) is still background for the search.
+    assert _judged(levels, tokens, chunk=39)[32:34] == [True, True]
