@@ -56,8 +56,9 @@ def file_endpoints(trailing_silence_s: float = FILE_TRAILING_SILENCE_S, blank_th
 class StreamUtterance:
     """One utterance of an input: feature frames [start, end) of the input, the ones its encoder frames read
     (the last utterance: to the end of the input), ``enc_out`` (1, T', D) encoded from a fresh state at
-    ``start``; ``endpoint``: it ended at an endpoint (else at the end of the input). The next utterance starts at ``start + subsampling_rate * T'``: the
-    last frames' windows overlap it by ``window - rate`` feature frames."""
+    ``start``; ``endpoint``: it ended at an endpoint (else at the end of the input). The next utterance starts
+    at ``start + subsampling_rate * T'``: the last frames' windows overlap it by ``window - rate`` feature
+    frames."""
 
     start: int
     end: int

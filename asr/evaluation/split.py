@@ -20,7 +20,6 @@ Axis legend: B batch, T feature frames, F feature bins.
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import time
 from collections import Counter
@@ -268,15 +267,16 @@ def evaluate_utterances(
                   f"{format_bytes(need)}, over the {format_bytes(memory_budget)} memory budget; decode it with "
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
                   f"--memory-budget", file=sys.stderr)
-        for group, forced in ((part, forced) for group, forced in groups
-                              for part in _endpoint_parts(model, group, frames, chunk_size, left_chunks, endpoints)):
-            blocked_units += len(group) if forced else 0
-            group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
-                             else [biasing.get(utts[owner[i]].key) for i in group])
-            _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, bar, beam=beam,
-                          chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
-                          reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
-                          hotword_rescore_weight=hotword_rescore_weight, endpoints=endpoints, endpointed=endpointed)
+        for planned, forced in groups:
+            for group, streamed in _endpoint_parts(model, planned, frames, chunk_size, left_chunks, endpoints):
+                blocked_units += len(group) if forced else 0
+                group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
+                                 else [biasing.get(utts[owner[i]].key) for i in group])
+                _decode_group(model, tokenizer, units, group, modes, unit_hyps, seconds, forced, bar, beam=beam,
+                              chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
+                              reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
+                              hotword_rescore_weight=hotword_rescore_weight,
+                              endpoints=endpoints if streamed else None, endpointed=endpointed)
     if bar is not None:
         bar.close()
     hyps = {m: [""] * len(utts) for m in modes}
@@ -335,15 +335,16 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
 
 
 def _endpoint_parts(model, group: list[int], frames: list[int], chunk_size: int, left_chunks: int,
-                    endpoints: EndpointConfig | None) -> list[list[int]]:
-    """``group`` as the parts `_decode_group` takes: with endpoints, each input that streams on its own length
-    alone (decoded through its endpoints) and the others together; a short input batched beside a long one
-    is decoded as it would be in a batch of its own, not through endpoints its padding made."""
+                    endpoints: EndpointConfig | None) -> list[tuple[list[int], bool]]:
+    """``group`` as the parts `_decode_group` takes, each with whether it is decoded through its endpoints:
+    with endpoints, each input that streams on its own length alone (True) and the others together (False);
+    a short input batched beside a long one is decoded as it would be in a batch of its own, not through
+    endpoints its padding made."""
     if endpoints is None:
-        return [group]
+        return [(group, False)]
     streamed = [i for i in group if resets_apply(model.encoder, chunk_size, left_chunks, frames[i])]
     rest = [i for i in group if i not in streamed]
-    return [[i] for i in streamed] + ([rest] if rest else [])
+    return [([i], True) for i in streamed] + ([(rest, False)] if rest else [])
 
 
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
@@ -356,33 +357,32 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
     feature frames (or None).
 
     The group is encoded once for all modes (as ``decode_batch`` would each time); every mode's time
-    counts the encoder, so its RTF is the one it has alone. With ``endpoints``, an utterance that streams is
-    decoded utterance by utterance (``asr.decode.endpointed``); ``endpointed`` counts them by unit.
+    counts the encoder, so its RTF is the one it has alone. With ``endpoints``, the group is one input that
+    streams (`_endpoint_parts`), decoded utterance by utterance (``asr.decode.endpointed``); ``endpointed``
+    counts them by unit.
     """
     from asr.model.scorers import blocked
 
+    advance = None if bar is None else bar.update
+
+    def search(enc_out, enc_lens, mode):
+        """One mode's search; the LMs and hotwords go to the modes that take them."""
+        fused = mode in FUSED_MODES
+        return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
+                              biasing=biasing if fused else None, **options)
+
+    if endpoints is not None:
+        (i,) = group
+        tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes, search, chunk_size,
+                                                         left_chunks, endpoints, time.perf_counter, advance)
+        for mode in modes:
+            seconds[mode] += spent[mode]
+            hyps[mode][i] = " ".join(filter(None, map(tokenizer.decode, tokens[mode])))
+        return
     # One utterance (as every long one is) as it is: padding copies it.
     feats = (utts[group[0]].feats[None] if len(group) == 1 else
              torch.nn.utils.rnn.pad_sequence([utts[i].feats for i in group], batch_first=True))  # (B, T, F)
     lens = torch.tensor([utts[i].feats.size(0) for i in group])  # (B,)
-    advance = None if bar is None else bar.update
-
-    def search(enc_out, enc_lens, mode, bias=biasing):
-        """One mode's search; the LMs and hotwords go to the modes that take them."""
-        fused = mode in FUSED_MODES
-        return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
-                              biasing=bias if fused else None, **options)
-
-    if endpoints is not None and resets_apply(model.encoder, chunk_size, left_chunks, feats.size(1)):
-        for k, i in enumerate(group):
-            bias = biasing if biasing is None or isinstance(biasing, Biasing) else [biasing[k]]
-            tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes,
-                                                             functools.partial(search, bias=bias), chunk_size,
-                                                             left_chunks, endpoints, time.perf_counter, advance)
-            for mode in modes:
-                seconds[mode] += spent[mode]
-                hyps[mode][i] = " ".join(filter(None, map(tokenizer.decode, tokens[mode])))
-        return
     with blocked.forced() if forced_blocked else contextlib.nullcontext():
         start = time.perf_counter()
         enc_out, enc_lens = encode_batch(model, feats, lens, chunk_size, left_chunks, advance)  # (B, T', D)
