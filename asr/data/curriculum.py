@@ -38,17 +38,12 @@ def check_curriculum(cuts_file: str | None, epochs: int, shar: bool, mix: bool =
                          "(curriculum_cuts and curriculum_epochs)")
 
 
-def mixed_cuts(main: CutSet, first: CutSet, seed: int) -> CutSet:
+def mixed_cuts(main: CutSet, first: CutSet, sizes: tuple[int, int], seed: int) -> CutSet:
     """Every cut of ``main`` and of ``first`` once, interleaved at random by ``seed`` (lazily: neither is
-    read into memory). Each next cut comes from either manifest with a probability proportional to its
-    size, so both run out near the end of the epoch and any stretch of it holds both in their shares."""
-    sizes = [_count(main), _count(first)]
-    return CutSet.mux(main, first, weights=sizes, seed=seed)
-
-
-def _count(cuts: CutSet) -> int:
-    """The number of cuts (one pass over a lazy manifest; ids only)."""
-    return sum(1 for _ in cuts)
+    read into memory). ``sizes``: the two manifests' cut counts (`asr.data.manifest.manifest_stats`). Each
+    next cut comes from either manifest with a probability proportional to its size, so both run out near
+    the end of the epoch and any stretch of it holds both in their shares."""
+    return CutSet.mux(main, first, weights=list(sizes), seed=seed)
 
 
 class CurriculumSampler:

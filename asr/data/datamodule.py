@@ -306,7 +306,11 @@ class AsrDataModule(L.LightningDataModule):
         cuts, shar = self._train_source()
         with _quiet_eager_warning():
             first_cuts = self._train_source(self.curriculum_cuts)[0] if self.curriculum_cuts is not None else None
-            later_cuts = mixed_cuts(cuts, first_cuts, self.seed) if self.curriculum_mix else cuts
+            later_cuts = cuts
+            if self.curriculum_mix:
+                sizes = tuple(manifest_stats(self._manifest_path(name)).cuts
+                              for name in (self.train_cuts, self.curriculum_cuts))
+                later_cuts = mixed_cuts(cuts, first_cuts, sizes, self.seed)
             sampler = self._train_sampler(later_cuts, shar)
             if first_cuts is not None:
                 sampler = CurriculumSampler(self._train_sampler(first_cuts, None), sampler, self.curriculum_epochs)

@@ -133,9 +133,10 @@ def test_a_run_resumed_in_the_mixed_stage_sees_the_uninterrupted_batches(mixed_r
 def test_mixed_cuts_holds_each_cut_once_in_a_seeded_order(tiny_corpus, clean_manifest):
     main = read_cuts(tiny_corpus / "cuts_train.jsonl.gz")
     clean = read_cuts(clean_manifest)
-    orders = {seed: [c.id for c in mixed_cuts(main, clean, seed)] for seed in (0, 1)}
+    sizes = (len(main), len(clean))
+    orders = {seed: [c.id for c in mixed_cuts(main, clean, sizes, seed)] for seed in (0, 1)}
     assert sorted(orders[0]) == sorted([c.id for c in main] + [c.id for c in clean])
-    assert orders[0] == [c.id for c in mixed_cuts(main, clean, 0)]  # the same seed, the same order
+    assert orders[0] == [c.id for c in mixed_cuts(main, clean, sizes, 0)]  # the same seed, the same order
     assert orders[0] != orders[1]
 
 
