@@ -21,13 +21,20 @@ same in either stage.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 from lhotse import CutSet
+from lhotse.lazy import LazyFilter
 
 
-def check_curriculum(cuts_file: str | None, epochs: int, shar: bool, mix: bool = False) -> None:
+def check_curriculum(cuts_file: str | None, epochs: int, shar: bool, mix: bool = False,
+                     mix_train_share: float = 1.0) -> None:
     """The curriculum options, or a ValueError naming them."""
+    if not 0.0 < mix_train_share <= 1.0:
+        raise ValueError(f"curriculum_mix_train_share must be in (0, 1], got {mix_train_share}")
+    if mix_train_share < 1.0 and not mix:
+        raise ValueError("curriculum_mix_train_share < 1 thins the mixed epochs' train_cuts: it needs curriculum_mix")
     if epochs < 0 or (cuts_file is None) != (epochs == 0):
         raise ValueError(f"curriculum_cuts ({cuts_file!r}) and curriculum_epochs ({epochs}) go together: a "
                          f"manifest and >= 1 epochs, or null and 0 (no curriculum)")
@@ -44,6 +51,33 @@ def mixed_cuts(main: CutSet, first: CutSet, sizes: tuple[int, int], seed: int) -
     next cut comes from either manifest with a probability proportional to its size, so both run out near
     the end of the epoch and any stretch of it holds both in their shares."""
     return CutSet.mux(main, first, weights=list(sizes), seed=seed)
+
+
+class EpochShare:
+    """A cut filter that keeps about ``share`` of the cuts, a different subset each epoch.
+
+    Whether a cut is kept is a pure function of (seed, epoch, cut id) (a hash, no RNG state), so a resumed
+    run and every rank keep the same cuts, and the subsets of two epochs are independent draws.
+    ``set_epoch`` selects the epoch; it is an epoch listener of the train sampler, called before each pass.
+    """
+
+    def __init__(self, share: float, seed: int) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"share must be in (0, 1], got {share}")
+        self.share, self.seed, self.epoch = share, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __call__(self, cut) -> bool:
+        if self.share >= 1.0:
+            return True
+        digest = hashlib.blake2b(f"{self.seed}/{self.epoch}/{cut.id}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") < self.share * 2.0**64
+
+    def thin(self, cuts: CutSet) -> CutSet:
+        """``cuts`` filtered lazily: the filter runs at each pass, with the epoch set then."""
+        return cuts if self.share >= 1.0 else CutSet(LazyFilter(cuts, self))
 
 
 class CurriculumSampler:

@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
 from asr.data.buckets import BucketPadded, check_buckets
-from asr.data.curriculum import CurriculumSampler, check_curriculum, mixed_cuts
+from asr.data.curriculum import CurriculumSampler, EpochShare, check_curriculum, mixed_cuts
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
@@ -127,6 +127,7 @@ class AsrDataModule(L.LightningDataModule):
         curriculum_cuts: str | None = None,
         curriculum_epochs: int = 0,
         curriculum_mix: bool = False,
+        curriculum_mix_train_share: float = 1.0,
     ) -> None:
         super().__init__()
         if max_duration_per_utt > max_duration:
@@ -142,10 +143,11 @@ class AsrDataModule(L.LightningDataModule):
         if feature_store and shar_dir:
             raise ValueError("feature_store reads manifests; with shar_dir, train from the shards' audio "
                              "(feature_store=null)")
-        check_curriculum(curriculum_cuts, curriculum_epochs, shar=bool(shar_dir), mix=curriculum_mix)
+        check_curriculum(curriculum_cuts, curriculum_epochs, shar=bool(shar_dir), mix=curriculum_mix,
+                         mix_train_share=curriculum_mix_train_share)
         self.data_dir = Path(data_dir)
         self.curriculum_cuts, self.curriculum_epochs = curriculum_cuts, curriculum_epochs
-        self.curriculum_mix = curriculum_mix
+        self.curriculum_mix, self.curriculum_mix_train_share = curriculum_mix, curriculum_mix_train_share
         if curriculum_cuts is not None and not self._manifest_path(curriculum_cuts).is_file():
             raise FileNotFoundError(
                 f"curriculum_cuts: {self._manifest_path(curriculum_cuts)} is missing (a clean-copy profile such as "
@@ -306,11 +308,12 @@ class AsrDataModule(L.LightningDataModule):
         cuts, shar = self._train_source()
         with _quiet_eager_warning():
             first_cuts = self._train_source(self.curriculum_cuts)[0] if self.curriculum_cuts is not None else None
-            later_cuts = cuts
+            later_cuts, share = cuts, EpochShare(self.curriculum_mix_train_share, self.seed)
             if self.curriculum_mix:
-                sizes = tuple(manifest_stats(self._manifest_path(name)).cuts
-                              for name in (self.train_cuts, self.curriculum_cuts))
-                later_cuts = mixed_cuts(cuts, first_cuts, sizes, self.seed)
+                main_size, first_size = (manifest_stats(self._manifest_path(name)).cuts
+                                         for name in (self.train_cuts, self.curriculum_cuts))
+                later_cuts = mixed_cuts(share.thin(cuts), first_cuts, (round(main_size * share.share), first_size),
+                                        self.seed)
             sampler = self._train_sampler(later_cuts, shar)
             if first_cuts is not None:
                 sampler = CurriculumSampler(self._train_sampler(first_cuts, None), sampler, self.curriculum_epochs)
@@ -321,7 +324,7 @@ class AsrDataModule(L.LightningDataModule):
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
             lead_in_from_epoch=self.lead_in_from_epoch, seed=self.seed,
         )
-        listeners = [dataset.set_epoch] + ([shar.set_epoch] if shar is not None else [])
+        listeners = [dataset.set_epoch, share.set_epoch] + ([shar.set_epoch] if shar is not None else [])
         source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)
         loader = self._loader(source, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:
@@ -383,12 +386,21 @@ class AsrDataModule(L.LightningDataModule):
             return shar_stats(self.shar_dir)
         return manifest_stats(self._manifest_path(self.train_cuts))
 
-    def estimated_batches_per_epoch(self) -> int | None:
-        """Training batches per epoch and rank, about: total duration / max_duration / world size."""
+    def estimated_batches_per_epoch(self, epoch: int = 0) -> int | None:
+        """Training batches of ``epoch`` per rank, about: the epoch's audio duration / max_duration / world
+        size. A curriculum's first epochs read its manifest; mixed later epochs read both manifests, the
+        train manifest thinned to its share."""
         stats = self.train_stats()
         if stats is None or stats.cuts == 0:
             return None
-        return max(1, math.ceil(stats.seconds / self.max_duration / self._dist()[0]))
+        seconds = stats.seconds
+        if self.curriculum_cuts is not None:
+            first_seconds = manifest_stats(self._manifest_path(self.curriculum_cuts)).seconds
+            if epoch < self.curriculum_epochs:
+                seconds = first_seconds
+            elif self.curriculum_mix:
+                seconds = seconds * self.curriculum_mix_train_share + first_seconds
+        return max(1, math.ceil(seconds / self.max_duration / self._dist()[0]))
 
     def read_summary(self) -> dict[str, float]:
         """Cuts and hours of audio the training loaders delivered on this rank so far."""

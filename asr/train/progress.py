@@ -2,7 +2,7 @@
 
 Lhotse's samplers draw batches until the data runs out, so Lightning sees an
 epoch of unknown length and its bar shows no total. The data module knows the
-corpus size (`estimated_batches_per_epoch`: total duration / max_duration / world
+corpus size (`estimated_batches_per_epoch`: each epoch's duration / max_duration / world
 size); with ``trainer.max_steps`` set, the steps left cap it.
 
 Its metrics are refreshed while training only at the logger's cadence (``trainer.log_every_n_steps``):
@@ -29,18 +29,18 @@ class EstimatedTotalProgressBar(RichProgressBar):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._estimate: int | None = None
-        self._estimated = False
+        self._estimates: dict[int, int | None] = {}  # epoch -> estimate (a curriculum's epochs differ)
         self._shown_metrics: dict = {}  # none until the logger's first write
 
     def _epoch_estimate(self) -> int | None:
-        if not self._estimated:
-            self._estimated = True
+        epoch = self.trainer.current_epoch
+        if epoch not in self._estimates:
             estimate = getattr(self.trainer.datamodule, "estimated_batches_per_epoch", None)
-            self._estimate = estimate() if estimate is not None else None
-            if self._estimate is not None:
-                log.info("training: about %d batches per epoch (estimated from the corpus duration)", self._estimate)
-        return self._estimate
+            self._estimates[epoch] = estimate(epoch) if estimate is not None else None
+            if self._estimates[epoch] is not None:
+                log.info("training: about %d batches in epoch %d (estimated from the corpus duration)",
+                         self._estimates[epoch], epoch)
+        return self._estimates[epoch]
 
     @property
     def total_train_batches(self) -> int | float:

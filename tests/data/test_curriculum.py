@@ -4,6 +4,7 @@ batches; bad options fail when the data module is built."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import lightning as L
@@ -11,7 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from asr.data.curriculum import mixed_cuts
+from asr.data.curriculum import EpochShare, mixed_cuts
 from asr.data.datamodule import AsrDataModule
 from asr.data.manifest import read_cuts, write_cuts
 from asr.synth.clean_copy import CLEAN_MANIFEST, clean_copy_id
@@ -130,6 +131,67 @@ def test_a_run_resumed_in_the_mixed_stage_sees_the_uninterrupted_batches(mixed_r
     assert resumed.keys == mixed_run.keys[stop:]
 
 
+@pytest.fixture(scope="module")
+def half_mixed_run(tiny_corpus, char_dir, clean_manifest, tmp_path_factory) -> EpochKeyRecorder:
+    return _fit(_dm(tiny_corpus, char_dir, clean_manifest, curriculum_mix=True, curriculum_mix_train_share=0.5,
+                    bucket_buffer_size=2), tmp_path_factory.mktemp("half"))
+
+
+def test_a_share_of_the_main_manifest_reads_a_new_subset_each_mixed_epoch(half_mixed_run, tiny_corpus,
+                                                                          clean_manifest):
+    by_epoch = _ids_by_epoch(half_mixed_run)
+    clean_ids = {c.id for c in read_cuts(clean_manifest)}
+    main = read_cuts(tiny_corpus / "cuts_train.jsonl.gz")
+    main_ids = {c.id for c in main}
+    kept = {}
+    for epoch in (1, 2):
+        ids = by_epoch[epoch]
+        assert len(ids) == len(set(ids)) and clean_ids <= set(ids)  # every clean copy, each cut once
+        kept[epoch] = set(ids) - clean_ids
+        assert kept[epoch] < main_ids  # a proper subset of the main manifest
+        share = EpochShare(0.5, seed=7)
+        share.set_epoch(epoch)
+        assert kept[epoch] == {c.id for c in main if share(c)}  # the filter of that epoch, nothing else
+    assert kept[1] != kept[2]
+
+
+def test_a_run_resumed_in_a_thinned_mixed_epoch_sees_the_uninterrupted_batches(half_mixed_run, tiny_corpus,
+                                                                               char_dir, clean_manifest, tmp_path):
+    stop = half_mixed_run.epochs.index(2) + 1
+    options = dict(curriculum_mix=True, curriculum_mix_train_share=0.5, bucket_buffer_size=2)
+    _fit(_dm(tiny_corpus, char_dir, clean_manifest, **options), tmp_path / "a", max_steps=stop, save_every=stop)
+    resumed = _fit(_dm(tiny_corpus, char_dir, clean_manifest, **options), tmp_path / "b",
+                   ckpt_path=tmp_path / "a" / "interrupted.ckpt")
+    assert resumed.keys == half_mixed_run.keys[stop:]
+
+
+def test_epoch_share_keeps_about_its_share_by_seed_epoch_and_id():
+    class Cut:
+        def __init__(self, cut_id):
+            self.id = cut_id
+    cuts = [Cut(f"utt{i}") for i in range(4000)]
+    share = EpochShare(0.3, seed=1)
+    kept = [c.id for c in cuts if share(c)]
+    assert abs(len(kept) / len(cuts) - 0.3) < 0.03
+    assert kept == [c.id for c in cuts if EpochShare(0.3, seed=1)(c)]  # no state beyond (seed, epoch, id)
+    share.set_epoch(1)
+    assert kept != [c.id for c in cuts if share(c)]
+    assert kept != [c.id for c in cuts if EpochShare(0.3, seed=2)(c)]
+    assert all(EpochShare(1.0, seed=1)(c) for c in cuts)
+
+
+def test_estimated_batches_follow_the_curriculum_stage(tiny_corpus, char_dir, clean_manifest):
+    from asr.data.manifest import manifest_stats
+    main = manifest_stats(tiny_corpus / "cuts_train.jsonl.gz").seconds
+    clean = manifest_stats(clean_manifest).seconds
+    dm = _dm(tiny_corpus, char_dir, clean_manifest, curriculum_mix=True, curriculum_mix_train_share=0.5,
+             max_duration=1.0, max_duration_per_utt=1.0)
+    assert dm.estimated_batches_per_epoch(0) == math.ceil(clean)
+    assert dm.estimated_batches_per_epoch(1) == math.ceil(main * 0.5 + clean)
+    plain = _dm(tiny_corpus, char_dir, clean_manifest, max_duration=1.0, max_duration_per_utt=1.0)
+    assert plain.estimated_batches_per_epoch(1) == math.ceil(main)
+
+
 def test_mixed_cuts_holds_each_cut_once_in_a_seeded_order(tiny_corpus, clean_manifest):
     main = read_cuts(tiny_corpus / "cuts_train.jsonl.gz")
     clean = read_cuts(clean_manifest)
@@ -158,5 +220,9 @@ def test_bad_curriculum_options_fail_when_the_data_module_is_built(tiny_corpus, 
         _dm(tiny_corpus, char_dir, tmp_path / "nowhere.jsonl.gz")
     with pytest.raises(ValueError, match="Shar"):
         _dm(tiny_corpus, char_dir, clean_manifest, shar_dir=str(tiny_shar))
+    with pytest.raises(ValueError, match="curriculum_mix_train_share must be in"):
+        _dm(tiny_corpus, char_dir, clean_manifest, curriculum_mix=True, curriculum_mix_train_share=0.0)
+    with pytest.raises(ValueError, match="needs curriculum_mix"):
+        _dm(tiny_corpus, char_dir, clean_manifest, curriculum_mix_train_share=0.5)
     with pytest.raises(ValueError, match="curriculum_mix .*needs a curriculum"):
         _dm(tiny_corpus, char_dir, None, epochs=0, curriculum_mix=True)

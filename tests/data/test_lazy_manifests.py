@@ -74,7 +74,7 @@ def test_estimate_and_read_summary(tiny_corpus, spm_dir):
 
 def _bar_for(dm, max_steps=-1, global_step=0):
     bar = EstimatedTotalProgressBar()
-    bar._trainer = SimpleNamespace(max_steps=max_steps, global_step=global_step, max_epochs=3,
+    bar._trainer = SimpleNamespace(max_steps=max_steps, global_step=global_step, max_epochs=3, current_epoch=0,
                                    num_training_batches=float("inf"), datamodule=dm)
     return bar
 
