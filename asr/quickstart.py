@@ -20,7 +20,7 @@ from pathlib import Path
 from asr.cli import CHECKOUT, child_env
 from asr.lm import lm_path, word_lm_path
 from asr.synth.corpus import corpus_profile
-from asr.synth.profiles import DEFAULT_PROFILE
+from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 from asr.train.config import repository_conf_dir
 
 # What scripts/prepare_data.py writes by default. The tokenizer file is named after its
@@ -34,6 +34,15 @@ CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:
     """All files there, and the train split built with ``profile`` (else prepare_data rebuilds it)."""
     return all((data_dir / name).exists() for name in CORPUS_FILES) and corpus_profile(data_dir) == profile
+
+
+def recipe_for(profile: str) -> str:
+    """The experiment (conf/experiment/) the quickstart trains on a corpus of ``profile``: the room
+    curriculum (``quickstart_rooms``: a clean epoch, then the rooms beside the clean copies) when the
+    profile writes clean copies beside its rooms, which that recipe reads; else ``quickstart``."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown synth profile {profile!r}; known: {', '.join(PROFILES)}")
+    return "quickstart_rooms" if PROFILES[profile].clean_copy else "quickstart"
 
 
 # Written into the run folder when training starts: what the run learns from and with which

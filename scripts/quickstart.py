@@ -1,22 +1,26 @@
 """End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
 
 Usage (from the repository root):
-    python scripts/quickstart.py                  # everything, ~36 min on a 2-core CPU
+    python scripts/quickstart.py                  # everything, about an hour on a 2-core CPU
     python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 4560 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
 
 Steps (each one reuses what earlier runs left):
  1. build the synthetic corpus, tokenizer, token and word LMs and CMVN in data/synth
-    (scripts/prepare_data.py) unless they exist; with flite installed also the xengine
+    (scripts/prepare_data.py) unless they exist: by default every train sentence twice from one
+    synthesis, clean and in a room with noise, music or babble (the profile
+    neural_hibari_capture30_rooms_curriculum; --profile for another); with flite installed also the xengine
     split (the test sentences read by flite's awb and rms voices: another engine,
     evaluation only), and the capture split (the test utterances through a browser's or a
     network's capture paths: resampling, gain control, noise suppression, telephone, MP3,
     clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_sherpa.json:
     sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn);
- 2. train experiment=quickstart (scripts/train.py: 4560 steps, ~25 min on 2 cores, capped by
-    --train-minutes) into exp/quickstart_rel_xl, resuming an interrupted run there;
-    skipped when that run finished; a run of another corpus or recipe (its
+ 2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
+    and then the clean copies beside half of the room copies, for the default profile;
+    experiment=quickstart for a profile without clean copies) with scripts/train.py: 4560 steps,
+    ~25 min on 2 idle cores, capped by --train-minutes, into exp/quickstart_rel_xl, resuming an
+    interrupted run there; skipped when that run finished; a run of another corpus or recipe (its
     quickstart_corpus.json differs: train split, tokenizer, profile or a file under conf/)
     is left alone and a new timestamped run folder is trained beside it;
  3. average the best checkpoints (scripts/average_checkpoints.py);
@@ -57,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 from asr.decode.options import add_threads_argument  # noqa: E402
 from asr.lm import lm_path, word_lm_path  # noqa: E402
 from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, corpus_ready,  # noqa: E402
-                            decode, first_test_audio, reusable_report, run_step, timestamped)
+                            decode, first_test_audio, recipe_for, reusable_report, run_step, timestamped)
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
@@ -143,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     # reads its own stats file, which prepare_data.py does not write: computed once when missing.
     from asr.train.run import ensure_run_cmvn
 
-    ensure_run_cmvn(data_dir, args.overrides)
+    recipe = recipe_for(args.profile)
+    ensure_run_cmvn(data_dir, [f"experiment={recipe}", *args.overrides])
 
     fingerprint = corpus_fingerprint(data_dir)
     run_dir = choose_run_dir(run_dir, fingerprint)
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CORPUS_STAMP).write_text(json.dumps(fingerprint, indent=2))
         max_time = f"00:{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}"
-        run([PY, "scripts/train.py", "experiment=quickstart", f"hydra.run.dir={run_dir}",
+        run([PY, "scripts/train.py", f"experiment={recipe}", f"hydra.run.dir={run_dir}",
              f"data.data_dir={args.data_dir}", f"trainer.max_time='{max_time}'", "resume=true",
              *args.overrides], "train")
     train_summary = json.loads(summary_file.read_text())

@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
+
 from asr import quickstart
+from asr.synth.clean_copy import CLEAN_MANIFEST
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 
 
@@ -78,3 +81,19 @@ def test_a_decode_summary_is_reused_only_for_the_same_checkpoint_and_lms(tmp_pat
     summary["lm"].pop("word_lm")  # token LM only
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     assert quickstart.reusable_summary(tmp_path, tmp_path / "a.ckpt", lms) is None
+
+
+def test_the_recipe_follows_the_profile_and_the_default_corpus_gets_the_room_curriculum():
+    from omegaconf import OmegaConf
+
+    from asr.train.config import repository_conf_dir
+
+    assert quickstart.recipe_for(DEFAULT_PROFILE) == "quickstart_rooms"
+    for name, profile in PROFILES.items():
+        assert quickstart.recipe_for(name) == ("quickstart_rooms" if profile.clean_copy else "quickstart")
+    assert quickstart.recipe_for("neural_hibari_capture30") == "quickstart"
+    with pytest.raises(ValueError, match="unknown synth profile 'nope'"):
+        quickstart.recipe_for("nope")
+    # the room recipe reads the clean copies the default profile writes
+    rooms = OmegaConf.load(repository_conf_dir() / "experiment" / "quickstart_rooms.yaml")
+    assert PROFILES[DEFAULT_PROFILE].clean_copy and rooms.data.curriculum_cuts == CLEAN_MANIFEST
