@@ -122,9 +122,10 @@ class EndpointConfig:
     # trailing silence a rule needs, so they cannot end it.
     speaker_margin_db: float | None = 15.0
     speaker_decay_db_s: float = 0.5  # how fast the speaker's level falls, so a quieter speaker takes over
-    # Frames under the speaker's level are read as blank by the search too: the background's words are
-    # not emitted as the speaker's (a choice for the benchmark to make; off: the search hears every frame).
-    suppress_background: bool = False
+    # Background frames are read as blank by the search too: the background's words are not emitted as the
+    # speaker's (off: the search hears every frame). On: judged against the floor, a quieter sentence keeps
+    # its frames.
+    suppress_background: bool = True
     # A frame is background when the loudest frame within half this window either side is (see the module
     # docstring; 0: each frame by itself). About a syllable: a consonant next to its vowel is in the window.
     speaker_window_s: float = 0.28
