@@ -228,8 +228,9 @@ class EndpointDetector:
 
     def _silent(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None,
                 earlier_db: torch.Tensor | None) -> list[bool]:
-        """Per frame: non-speech (blank, or the audio around it under the speaker's level). The speaker's level
-        follows the frames here, in order, whether or not an endpoint stops the count before them."""
+        """Per frame: non-speech (blank, or the audio around it background: under the speaker's level and near
+        the floor). The speaker's level and the floor follow the frames here, in order, whether or not an
+        endpoint stops the count before them."""
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
