@@ -128,8 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"either side is, so a word's quiet consonants stay the speaker's (default "
                              f"{endpoint.speaker_window_s:g}; 0: each frame by itself)")
     parser.add_argument("--endpoint-suppress-background", action=argparse.BooleanOptionalAction, default=None,
-                        help=f"also read audio under the speaker's level as silence in the search: the background's "
-                             f"words are not emitted (needs --endpoint-speaker-margin > 0; default "
+                        help=f"also read audio under the speaker's level and near the background's own floor as "
+                             f"silence in the search: the background's words are not emitted, a quieter sentence's "
+                             f"are (needs --endpoint-speaker-margin > 0; default "
                              f"{'on' if endpoint.suppress_background else 'off'})")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they

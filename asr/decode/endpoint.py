@@ -23,16 +23,17 @@ cache (``cache``, as Wenet's runtime resets its model), the online CMN's running
 The speaker's level (``EndpointConfig.speaker_margin_db``): behind a speaker, a television or
 other people talk; the VAD hears speech all the time and the recognizer emits their words, so
 neither blank frames nor the VAD end the speaker's sentence. Given each frame's audio level
-(:class:`LevelTrack`), the detector follows the speaker's level (:class:`SpeakerLevel`: the
-loudest frame the recognizer emitted on, falling slowly) and counts a frame more than
-``speaker_margin_db`` under it as non-speech whatever the recognizer says: talk that far under
-the speaker is not the speaker. The speaker's level lasts the stream (it outlives each
-utterance). A frame whose level is not known counts by its blank probability alone.
+(:class:`~asr.decode.levels.LevelTrack`), the detector follows the speaker's level
+(:class:`~asr.decode.levels.SpeakerLevel`: the loudest frame the recognizer emitted on, falling
+slowly) and counts a frame more than ``speaker_margin_db`` under it as non-speech whatever the
+recognizer says: talk that far under the speaker is not the speaker. The speaker's level lasts the
+stream (it outlives each utterance). A frame whose level is not known counts by its blank
+probability alone.
 
 A frame is judged by the audio around it, not by itself (``speaker_window_s``): its level is the
-loudest known level within half the window either side (:func:`surrounding_levels`), because a
-word's unvoiced consonants, onsets and endings sit 20-30 dB under the vowels next to them. The
-window sees the frames before a chunk and the chunk's own frames, never later ones (their audio
+loudest known level within half the window either side (:func:`~asr.decode.levels.surrounding_levels`),
+because a word's unvoiced consonants, onsets and endings sit 20-30 dB under the vowels next to
+them. The window sees the frames before a chunk and the chunk's own frames, never later ones (their audio
 need not have arrived, and what has depends on how the client cut it), so the last frames of a
 chunk see less of what follows: a quiet onset there whose vowel falls in the next chunk is judged
 by what came before it. The same decision ends utterances and, with ``suppress_background``,
@@ -40,11 +41,20 @@ makes the frame a certain blank for the search, so the background's words are no
 the speaker's.
 
 The search is told a frame is background only when its whole chunk ahead of it is too
-(:func:`loudest_ahead`): a frame's output is computed from every frame of its chunk (chunk
-attention), so the recognizer emits a word on frames before the word's own audio, most of all on
-the first frames of a VAD segment, whose pre-roll is the silence before the onset. Judged by its
-own audio, such a frame would make the sentence's first word a blank. The endpoint rule keeps the
+(:func:`~asr.decode.levels.loudest_ahead`): a frame's output is computed from every frame of its
+chunk (chunk attention), so the recognizer emits a word on frames before the word's own audio,
+most of all on the first frames of a VAD segment, whose pre-roll is the silence before the onset.
+Judged by its own audio, such a frame would make the sentence's first word a blank. The endpoint rule keeps the
 window alone: counting those frames as speech would shorten the pause it measures.
+
+The background's floor (``EndpointConfig.floor_margin_db``): one speaker's sentences differ in
+level by 15 dB and more, and the speaker's level falls slowly (it must outlast the pauses, or the
+background's talk in them would set it), so a quieter sentence after a loud one lies under the
+margin. A frame is therefore background only when its audio is also near the background's own
+level (:class:`~asr.decode.levels.BackgroundFloor`: the quietest surrounding level heard, rising
+slowly; it lasts the stream): talk behind the speaker sets that floor itself and lies on it, a
+quieter sentence in a quiet room lies far over it. Both decisions, the endpoint rule's and the
+search's, take the floor.
 """
 
 from __future__ import annotations
@@ -54,6 +64,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from asr.decode.levels import BackgroundFloor, SpeakerLevel, loudest_ahead, surrounding_levels
 
 
 @dataclass(frozen=True)
@@ -110,12 +122,18 @@ class EndpointConfig:
     # trailing silence a rule needs, so they cannot end it.
     speaker_margin_db: float | None = 15.0
     speaker_decay_db_s: float = 0.5  # how fast the speaker's level falls, so a quieter speaker takes over
-    # Frames under the speaker's level are read as blank by the search too: the background's words are
-    # not emitted as the speaker's (a choice for the benchmark to make; off: the search hears every frame).
-    suppress_background: bool = False
+    # Background frames are read as blank by the search too: the background's words are not emitted as the
+    # speaker's (off: the search hears every frame). On: judged against the floor, a quieter sentence keeps
+    # its frames.
+    suppress_background: bool = True
     # A frame is background when the loudest frame within half this window either side is (see the module
     # docstring; 0: each frame by itself). About a syllable: a consonant next to its vowel is in the window.
     speaker_window_s: float = 0.28
+    # A frame is background only when its audio is also within this many dB over the background's floor
+    # (:class:`BackgroundFloor`; None: the speaker's level alone judges): a quieter sentence after a loud one
+    # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
+    floor_margin_db: float | None = 10.0
+    floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -125,6 +143,9 @@ class EndpointConfig:
                              f"speaker_decay_db_s ({self.speaker_decay_db_s}) >= 0.")
         if not 0.0 <= self.speaker_window_s < math.inf:
             raise ValueError(f"speaker_window_s ({self.speaker_window_s}) must be a finite number of seconds >= 0.")
+        if (self.floor_margin_db is not None and self.floor_margin_db < 0) or not 0 < self.floor_rise_db_s < math.inf:
+            raise ValueError(f"floor_margin_db ({self.floor_margin_db}) must be >= 0 or None and floor_rise_db_s "
+                             f"({self.floor_rise_db_s}) a finite number > 0.")
         if self.reset not in ENDPOINT_RESETS:
             raise ValueError(f"endpoint reset {self.reset!r} is not one of {', '.join(ENDPOINT_RESETS)}.")
 
@@ -135,106 +156,6 @@ class EndpointConfig:
     @property
     def resets_cmn(self) -> bool:
         return self.reset in ("cmn", "both")
-
-
-class LevelTrack:
-    """The RMS level (dBFS, full scale 1.0) of each encoder frame of the audio a stream decodes.
-
-    Frame k is the k-th block of ``frame_samples`` samples from the segment's first sample (the
-    audio the frontend was given: with a VAD, its segment; else the stream). Silence is -inf.
-    """
-
-    def __init__(self, frame_samples: int) -> None:
-        if frame_samples < 1:
-            raise ValueError(f"frame_samples ({frame_samples}) must be >= 1.")
-        self.frame_samples = frame_samples
-        self.reset()
-
-    def reset(self) -> None:
-        """A new segment: frame 0 starts at the next sample."""
-        self._levels: list[float] = []  # frames [_first, _first + len) of the segment
-        self._first = 0
-        self._pending = np.zeros(0, dtype=np.float64)
-
-    def accept(self, samples: torch.Tensor) -> None:
-        """(n,) samples the frontend was given next."""
-        audio = np.concatenate([self._pending, samples.reshape(-1).double().numpy()])
-        whole = audio.size - audio.size % self.frame_samples
-        if whole:
-            power = np.mean(np.square(audio[:whole].reshape(-1, self.frame_samples)), axis=1)
-            with np.errstate(divide="ignore"):
-                self._levels += (10.0 * np.log10(power)).tolist()
-        self._pending = audio[whole:]
-
-    def levels(self, first: int, count: int) -> torch.Tensor:
-        """(count,) levels of frames [first, first + count); NaN for a frame whose audio is not complete
-        (or was forgotten)."""
-        out = torch.full((count,), float("nan"), dtype=torch.float64)
-        low = max(first, self._first)
-        known = self._levels[low - self._first : first + count - self._first] if first + count > low else []
-        if known:
-            out[low - first : low - first + len(known)] = torch.tensor(known, dtype=torch.float64)
-        return out
-
-    def forget_before(self, frame: int) -> None:
-        """Drop the levels of frames before ``frame``: a stream reads its frames in order, so memory stays
-        bounded however long a segment lasts (a stream without a VAD is one segment)."""
-        drop = min(max(0, frame - self._first), len(self._levels))
-        del self._levels[:drop]
-        self._first += drop
-
-    @property
-    def kept_frames(self) -> int:
-        return len(self._levels)
-
-
-def surrounding_levels(levels_db: np.ndarray, earlier_db: np.ndarray, each_side: int) -> np.ndarray:
-    """(t,) per frame of ``levels_db`` (t,): the loudest known level among the frames at most ``each_side``
-    before and after it. ``earlier_db`` (e,): the levels of the e frames just before them (only the last
-    ``each_side`` count); no frame after the t is known. NaN levels are unknown; a frame whose own level is
-    unknown stays NaN (it is judged by its blank probability alone)."""
-    if each_side < 0:
-        raise ValueError(f"each_side ({each_side}) must be >= 0.")
-    levels_db = np.asarray(levels_db, dtype=np.float64)
-    if each_side == 0 or levels_db.size == 0:
-        return levels_db.copy()
-    earlier_db = np.asarray(earlier_db, dtype=np.float64)[-each_side:] if len(earlier_db) else np.zeros(0)
-    padded = np.concatenate([np.full(each_side - earlier_db.size, np.nan), earlier_db, levels_db,
-                             np.full(each_side, np.nan)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * each_side + 1)  # (t, 2 * each_side + 1)
-    around = np.fmax.reduce(windows, axis=1)  # fmax skips NaN: NaN only where the whole window is unknown
-    around[np.isnan(levels_db)] = np.nan
-    return around
-
-
-def loudest_ahead(levels_db: np.ndarray) -> np.ndarray:
-    """(t,) per frame of ``levels_db`` (t,): the loudest known level from it to the last frame (its chunk's
-    rest). NaN levels are unknown; a frame whose own level is unknown stays NaN."""
-    levels_db = np.asarray(levels_db, dtype=np.float64)
-    ahead = np.fmax.accumulate(levels_db[::-1])[::-1]  # fmax skips NaN: NaN only where all ahead is unknown
-    ahead[np.isnan(levels_db)] = np.nan
-    return ahead
-
-
-class SpeakerLevel:
-    """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
-    margin), falling by ``decay_db_s`` a second; None until the first such frame."""
-
-    def __init__(self, margin_db: float, decay_db_s: float, frame_s: float) -> None:
-        self.margin_db = margin_db
-        self._decay = decay_db_s * frame_s  # dB a frame
-        self.level_db: float | None = None
-
-    def is_background(self, level_db: float) -> bool:
-        """A frame this quiet is not the speaker (an unknown, NaN level never is)."""
-        return self.level_db is not None and level_db < self.level_db - self.margin_db
-
-    def update(self, level_db: float, emitted: bool) -> None:
-        """One frame: the level falls by a frame's decay, and rises to a louder frame the recognizer emitted on."""
-        if self.level_db is not None:
-            self.level_db -= self._decay
-        if emitted and not math.isnan(level_db) and not self.is_background(level_db):
-            self.level_db = level_db if self.level_db is None else max(self.level_db, level_db)
 
 
 class EndpointDetector:
@@ -255,6 +176,8 @@ class EndpointDetector:
         self._log_threshold = math.log(config.blank_threshold)
         self.speaker = (SpeakerLevel(config.speaker_margin_db, config.speaker_decay_db_s, frame_s)
                         if config.speaker_margin_db is not None else None)  # lasts the stream, not an utterance
+        self.floor = (BackgroundFloor(config.floor_rise_db_s, frame_s)
+                      if self.speaker is not None and config.floor_margin_db is not None else None)  # so does this
         # Frames either side of a frame whose levels judge it (the levels a caller passes as ``earlier_db``).
         self.context_frames = int(config.speaker_window_s / (2 * frame_s) + 1e-9)
         self.reset()
@@ -278,9 +201,9 @@ class EndpointDetector:
                             earlier_db: torch.Tensor | None = None) -> int | None:
         """Consume (t, V) frames up to an endpoint; returns where the next utterance starts, or None.
 
-        ``levels_db``: the frames' (t,) audio levels (:class:`LevelTrack`) for the speaker's-level rule;
-        ``earlier_db``: the (``context_frames``,) levels of the frames just before them (None: unknown, as at
-        a segment's start).
+        ``levels_db``: the frames' (t,) audio levels (:class:`~asr.decode.levels.LevelTrack`) for the
+        speaker's-level rule; ``earlier_db``: the (``context_frames``,) levels of the frames just before them
+        (None: unknown, as at a segment's start).
 
         None: no rule fired, all t frames were consumed. Else s in (0, t]: frames [0, s) belong to the
         utterance that ended. s is t unless speech resumes inside these frames after a silent frame at
@@ -305,8 +228,9 @@ class EndpointDetector:
 
     def _silent(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None,
                 earlier_db: torch.Tensor | None) -> list[bool]:
-        """Per frame: non-speech (blank, or the audio around it under the speaker's level). The speaker's level
-        follows the frames here, in order, whether or not an endpoint stops the count before them."""
+        """Per frame: non-speech (blank, or the audio around it background: under the speaker's level and near
+        the floor). The speaker's level and the floor follow the frames here, in order, whether or not an
+        endpoint stops the count before them."""
         if log_probs.dim() != 2:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
@@ -323,11 +247,21 @@ class EndpointDetector:
         heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
         silent = []
         for is_blank, level, level_around, level_heard in zip(blank, levels.tolist(), around.tolist(), heard.tolist()):
-            self.background.append(self.speaker.is_background(level_around))
-            self.search_background.append(self.speaker.is_background(level_heard))  # implies background
+            self.background.append(self._is_background(level_around))
+            self.search_background.append(self._is_background(level_heard))  # implies background
             silent.append(is_blank or self.background[-1])
             self.speaker.update(level, emitted=not is_blank)  # the speaker's level: the frame's own
+            if self.floor is not None:
+                self.floor.update(level_around)
         return silent
+
+    def _is_background(self, level_db: float) -> bool:
+        """Audio this loud is far under the speaker and, with a floor, near the background's floor."""
+        if not self.speaker.is_background(level_db):
+            return False
+        if self.floor is None:
+            return True
+        return self.floor.level_db is not None and level_db < self.floor.level_db + self.config.floor_margin_db
 
     def suppressed(self, log_probs: torch.Tensor) -> torch.Tensor:
         """(t, V) ``log_probs`` of the last advance with its background frames (``search_background``) made

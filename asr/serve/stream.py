@@ -24,8 +24,9 @@ from typing import Any, Protocol
 import torch
 
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
-from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack
+from asr.decode.endpoint import EndpointConfig, EndpointDetector
 from asr.decode.hotwords import Biasing
+from asr.decode.levels import LevelTrack
 from asr.decode.options import DecodeOptions
 from asr.decode.rescoring import rescoring_scores
 from asr.lm.fusion import Fusion

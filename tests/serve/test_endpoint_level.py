@@ -9,7 +9,8 @@ import torch
 
 from asr.data.features import SAMPLE_RATE
 from asr.decode.options import DecodeOptions
-from asr.decode.endpoint import EndpointConfig, EndpointDetector, LevelTrack, SpeakerLevel
+from asr.decode.endpoint import EndpointConfig, EndpointDetector
+from asr.decode.levels import LevelTrack, SpeakerLevel
 from asr.serve.multi_stream import MultiStreamRecognizer
 from tests.serve.test_endpoint_reset import C, LEFT, ScriptedCtc, run
 from tests.serve.test_endpoint_timestamps import BLANK, frames

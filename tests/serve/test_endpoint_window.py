@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from asr.data.features import SAMPLE_RATE
-from asr.decode.endpoint import EndpointConfig, EndpointDetector, loudest_ahead, surrounding_levels
+from asr.decode.endpoint import EndpointConfig, EndpointDetector
+from asr.decode.levels import loudest_ahead, surrounding_levels
 from tests.serve.test_endpoint_level import _stream
 from tests.serve.test_endpoint_reset import run
 from tests.serve.test_endpoint_timestamps import BLANK, frames

@@ -1,0 +1,131 @@
+"""Audio levels for the endpoint's speaker rule (:mod:`asr.decode.endpoint`): each encoder frame's level
+(:class:`LevelTrack`), the loudest level around a frame (:func:`surrounding_levels`) and ahead of it in its chunk
+(:func:`loudest_ahead`), the speaker's level (:class:`SpeakerLevel`) and the background's floor
+(:class:`BackgroundFloor`). Levels are dB against full scale 1.0; NaN is an unknown level, -inf digital silence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+class LevelTrack:
+    """The RMS level (dBFS, full scale 1.0) of each encoder frame of the audio a stream decodes.
+
+    Frame k is the k-th block of ``frame_samples`` samples from the segment's first sample (the
+    audio the frontend was given: with a VAD, its segment; else the stream). Silence is -inf.
+    """
+
+    def __init__(self, frame_samples: int) -> None:
+        if frame_samples < 1:
+            raise ValueError(f"frame_samples ({frame_samples}) must be >= 1.")
+        self.frame_samples = frame_samples
+        self.reset()
+
+    def reset(self) -> None:
+        """A new segment: frame 0 starts at the next sample."""
+        self._levels: list[float] = []  # frames [_first, _first + len) of the segment
+        self._first = 0
+        self._pending = np.zeros(0, dtype=np.float64)
+
+    def accept(self, samples: torch.Tensor) -> None:
+        """(n,) samples the frontend was given next."""
+        audio = np.concatenate([self._pending, samples.reshape(-1).double().numpy()])
+        whole = audio.size - audio.size % self.frame_samples
+        if whole:
+            power = np.mean(np.square(audio[:whole].reshape(-1, self.frame_samples)), axis=1)
+            with np.errstate(divide="ignore"):
+                self._levels += (10.0 * np.log10(power)).tolist()
+        self._pending = audio[whole:]
+
+    def levels(self, first: int, count: int) -> torch.Tensor:
+        """(count,) levels of frames [first, first + count); NaN for a frame whose audio is not complete
+        (or was forgotten)."""
+        out = torch.full((count,), float("nan"), dtype=torch.float64)
+        low = max(first, self._first)
+        known = self._levels[low - self._first : first + count - self._first] if first + count > low else []
+        if known:
+            out[low - first : low - first + len(known)] = torch.tensor(known, dtype=torch.float64)
+        return out
+
+    def forget_before(self, frame: int) -> None:
+        """Drop the levels of frames before ``frame``: a stream reads its frames in order, so memory stays
+        bounded however long a segment lasts (a stream without a VAD is one segment)."""
+        drop = min(max(0, frame - self._first), len(self._levels))
+        del self._levels[:drop]
+        self._first += drop
+
+    @property
+    def kept_frames(self) -> int:
+        return len(self._levels)
+
+
+def surrounding_levels(levels_db: np.ndarray, earlier_db: np.ndarray, each_side: int) -> np.ndarray:
+    """(t,) per frame of ``levels_db`` (t,): the loudest known level among the frames at most ``each_side``
+    before and after it. ``earlier_db`` (e,): the levels of the e frames just before them (only the last
+    ``each_side`` count); no frame after the t is known. NaN levels are unknown; a frame whose own level is
+    unknown stays NaN (it is judged by its blank probability alone)."""
+    if each_side < 0:
+        raise ValueError(f"each_side ({each_side}) must be >= 0.")
+    levels_db = np.asarray(levels_db, dtype=np.float64)
+    if each_side == 0 or levels_db.size == 0:
+        return levels_db.copy()
+    earlier_db = np.asarray(earlier_db, dtype=np.float64)[-each_side:] if len(earlier_db) else np.zeros(0)
+    padded = np.concatenate([np.full(each_side - earlier_db.size, np.nan), earlier_db, levels_db,
+                             np.full(each_side, np.nan)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * each_side + 1)  # (t, 2 * each_side + 1)
+    around = np.fmax.reduce(windows, axis=1)  # fmax skips NaN: NaN only where the whole window is unknown
+    around[np.isnan(levels_db)] = np.nan
+    return around
+
+
+def loudest_ahead(levels_db: np.ndarray) -> np.ndarray:
+    """(t,) per frame of ``levels_db`` (t,): the loudest known level from it to the last frame (its chunk's
+    rest). NaN levels are unknown; a frame whose own level is unknown stays NaN."""
+    levels_db = np.asarray(levels_db, dtype=np.float64)
+    ahead = np.fmax.accumulate(levels_db[::-1])[::-1]  # fmax skips NaN: NaN only where all ahead is unknown
+    ahead[np.isnan(levels_db)] = np.nan
+    return ahead
+
+
+class SpeakerLevel:
+    """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
+    margin), falling by ``decay_db_s`` a second; None until the first such frame."""
+
+    def __init__(self, margin_db: float, decay_db_s: float, frame_s: float) -> None:
+        self.margin_db = margin_db
+        self._decay = decay_db_s * frame_s  # dB a frame
+        self.level_db: float | None = None
+
+    def is_background(self, level_db: float) -> bool:
+        """A frame this quiet is not the speaker (an unknown, NaN level never is)."""
+        return self.level_db is not None and level_db < self.level_db - self.margin_db
+
+    def update(self, level_db: float, emitted: bool) -> None:
+        """One frame: the level falls by a frame's decay, and rises to a louder frame the recognizer emitted on."""
+        if self.level_db is not None:
+            self.level_db -= self._decay
+        if emitted and not math.isnan(level_db) and not self.is_background(level_db):
+            self.level_db = level_db if self.level_db is None else max(self.level_db, level_db)
+
+
+class BackgroundFloor:
+    """The background's level in dB: the quietest audio heard (each frame's surrounding level), rising by
+    ``rise_db_s`` a second while all is louder; None until the first known level. Digital silence counts as
+    ``QUIETEST_DB``, so a floor that started on it can rise to a background that starts later."""
+
+    QUIETEST_DB = -100.0
+
+    def __init__(self, rise_db_s: float, frame_s: float) -> None:
+        self._rise = rise_db_s * frame_s  # dB a frame
+        self.level_db: float | None = None
+
+    def update(self, level_db: float) -> None:
+        """One frame's surrounding level: the floor rises by a frame's rise, and falls to a quieter level."""
+        if math.isnan(level_db):
+            return
+        level_db = max(level_db, self.QUIETEST_DB)
+        self.level_db = level_db if self.level_db is None else min(self.level_db + self._rise, level_db)
