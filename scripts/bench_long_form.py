@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             out_dir = work / f"{long_file_name(minutes)}_{name}{'_' + args.tag if args.tag else ''}"
             cmd = [sys.executable, "scripts/decode.py", "--checkpoint", str(Path(args.checkpoint).resolve()),
                    "--cuts", str(cuts), "--data-dir", str(work), "--modes", "ctc_greedy",
-                   "--threads", str(args.threads), "--out-dir", str(out_dir), *setting.decode_args(knows_endpoints, knows_rules)]
+                   "--threads", str(args.threads), "--out-dir", str(out_dir),
+                   *setting.decode_args(knows_endpoints, knows_rules)]
             (out_dir / "summary.json").unlink(missing_ok=True)
             run = run_guarded(cmd, args.repo, env, rss_limit, timeout_s=args.timeout)
             summary_file = out_dir / "summary.json"

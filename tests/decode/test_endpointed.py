@@ -245,8 +245,8 @@ def test_decode_flags_choose_the_endpoints(capsys):
     assert heard.endpoints is None and heard.pause_endpoints == PauseRule(min_pause_s=0.3)
     both = parse_args(base + ["--endpoint-rule", "both"])
     assert both.endpoints == file_endpoints() and both.pause_endpoints == PauseRule()
-    for bad in (["--endpoint-rule", "blank", "--endpoint-pause", "0.3"], ["--endpoint-rule", "pause", "--endpoint-pause",
-                "-1"], ["--no-endpoint-reset", "--endpoint-rule", "pause"], ["--endpoint-rule", "loud"]):
+    for bad in (["--endpoint-rule", "blank", "--endpoint-pause", "0.3"], ["--endpoint-pause", "-1"],
+                ["--no-endpoint-reset", "--endpoint-rule", "pause"], ["--endpoint-rule", "loud"]):
         with pytest.raises(SystemExit):
             parse_args(base + bad)
         assert "--endpoint-" in capsys.readouterr().err
