@@ -16,8 +16,10 @@ summary, the child's peak RSS (ru_maxrss) and the WER over the whole file.
 Settings: full (chunk 0), chunk<C>_left<L> (e.g. chunk16_left4: chunk 16, 4 left chunks, the file as
 one stream: decode.py --no-endpoint-reset); a ``_pauses`` suffix (full_pauses, chunk16_left4_pauses)
 cuts the file at its pauses first (decode.py --segment-at-pauses, asr.decode.segment); an
-``_endpoints`` suffix (chunk16_left4_endpoints) streams it with endpoint resets, decode.py's default
-for long chunked inputs (asr.decode.endpointed; ``_endpoints0.3``: after 0.3 s of blank).
+``_endpoints`` suffix (chunk16_left4_endpoints) streams it with endpoint resets by the CTC blank rule
+(asr.decode.endpointed; ``_endpoints0.3``: after 0.3 s of blank), ``_pause_endpoints`` by the audio's
+pauses (asr.decode.pause_endpoint; ``_pause_endpoints0.2``: of at least 0.2 s), ``_both_endpoints`` by
+whichever comes first; each names its rule to decode.py (--endpoint-rule), whatever its default.
 """
 
 from __future__ import annotations
@@ -57,7 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as err:
         parser.error(str(err))
     # A checkout from before endpoint resets streams a long file whole without being told.
-    knows_endpoints = "--no-endpoint-reset" in (Path(args.repo) / "asr/cli/decode.py").read_text()
+    decode_source = (Path(args.repo) / "asr/cli/decode.py").read_text()
+    knows_endpoints, knows_rules = "--no-endpoint-reset" in decode_source, "--endpoint-rule" in decode_source
+    try:
+        for setting in settings:
+            setting.decode_args(knows_endpoints, knows_rules)
+    except ValueError as err:
+        parser.error(f"{err} (--repo {args.repo})")
     rss_limit = parse_bytes(args.rss_limit)
     work = Path(args.work_dir).resolve()
     env = {**os.environ, "PYTHONPATH": str(Path(args.repo).resolve())}
@@ -71,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             out_dir = work / f"{long_file_name(minutes)}_{name}{'_' + args.tag if args.tag else ''}"
             cmd = [sys.executable, "scripts/decode.py", "--checkpoint", str(Path(args.checkpoint).resolve()),
                    "--cuts", str(cuts), "--data-dir", str(work), "--modes", "ctc_greedy",
-                   "--threads", str(args.threads), "--out-dir", str(out_dir), *setting.decode_args(knows_endpoints)]
+                   "--threads", str(args.threads), "--out-dir", str(out_dir),
+                   *setting.decode_args(knows_endpoints, knows_rules)]
             (out_dir / "summary.json").unlink(missing_ok=True)
             run = run_guarded(cmd, args.repo, env, rss_limit, timeout_s=args.timeout)
             summary_file = out_dir / "summary.json"

@@ -4,7 +4,7 @@
   shorter) joined by 0.3 s pauses into one file of at least N minutes, with its transcript as
   a one-cut manifest: what a user with a podcast brings.
 * :func:`parse_setting`: a setting's name (``full``, ``chunk16_left4``, ``chunk16_left4_pauses``,
-  ``chunk16_left4_endpoints``, ...) and the decode.py options it stands for.
+  ``chunk16_left4_endpoints``, ``chunk16_left4_pause_endpoints``, ...) and the decode.py options it stands for.
 * :func:`run_guarded`: a command in a subprocess whose resident memory is polled and which is
   killed past a limit (and given an address-space limit as a backstop), so a benchmark of a
   path that would take 24 GB cannot take the shared machine down; returns wall time, peak
@@ -39,48 +39,71 @@ PAUSE_S = 0.3
 @dataclass(frozen=True)
 class Setting:
     """How one run decodes the file: ``chunk_size`` (0: full context), ``left_chunks``, cut at pauses
-    first, or streamed with endpoint resets after ``endpoint_silence_s`` of blank (None: as one stream)."""
+    first, or streamed with endpoint resets by ``endpoint_rule`` (``asr.decode.endpointed.ENDPOINT_RULES``; None:
+    as one stream): the blank rule after ``endpoint_silence_s`` of blank, the pause rule after
+    ``endpoint_pause_s`` of quiet audio (None: decode.py's default)."""
 
     name: str
     chunk_size: int
     left_chunks: int
     pauses: bool = False
     endpoint_silence_s: float | None = None
+    endpoint_rule: str | None = None
+    endpoint_pause_s: float | None = None
 
-    def decode_args(self, knows_endpoints: bool = True) -> list[str]:
+    def decode_args(self, knows_endpoints: bool = True, knows_rules: bool = True) -> list[str]:
         """decode.py's options for this setting; ``knows_endpoints``: that decode.py has endpoint resets (a
-        checkout from before them streams a long file as one stream, and knows no flag to say so)."""
+        checkout from before them streams a long file as one stream, and knows no flag to say so);
+        ``knows_rules``: that it has ``--endpoint-rule`` (before it, every endpoint was the blank rule's)."""
         args = ["--chunk-size", str(self.chunk_size), "--left-chunks", str(self.left_chunks)]
+        if self.endpoint_rule is not None and self.endpoint_rule != "blank" and not knows_rules:
+            raise ValueError(f"setting {self.name}: this decode.py has no --endpoint-rule {self.endpoint_rule}")
+        if self.endpoint_rule is not None and knows_rules:
+            args += ["--endpoint-rule", self.endpoint_rule]
         if self.endpoint_silence_s is not None:
             args += ["--endpoint-silence", f"{self.endpoint_silence_s:g}"]
-        elif knows_endpoints and not self.pauses:
+        if self.endpoint_pause_s is not None:
+            args += ["--endpoint-pause", f"{self.endpoint_pause_s:g}"]
+        if self.endpoint_rule is None and knows_endpoints and not self.pauses:
             args += ["--no-endpoint-reset"]
         # one long file is one batch; its pieces batch like any split (decode.py's default seconds a batch)
         return args + (["--segment-at-pauses"] if self.pauses else ["--batch-seconds", "1000000"])
 
 
+_SECONDS = r"\d+(?:\.\d+)?"
 _SETTING = re.compile(r"(?P<base>full|chunk(?P<chunk>\d+)_left(?P<left>-?\d+))"
-                      r"(?:_(?P<pauses>pauses)|_endpoints(?P<silence>\d+(?:\.\d+)?)?)?")
+                      rf"(?:_(?P<pauses>pauses)|_(?P<rule>pause_|both_)?endpoints(?P<seconds>{_SECONDS})?)?")
 
 
 def parse_setting(text: str) -> Setting:
     """A setting by name: ``full`` or ``chunk<C>_left<L>``, optionally + ``_pauses`` (cut at pauses first) or,
-    chunked with bounded left context, + ``_endpoints`` (endpoint resets; ``_endpoints0.3``: after 0.3 s)."""
+    chunked with bounded left context, + ``_endpoints`` (endpoint resets by the blank rule; ``_endpoints0.3``:
+    after 0.3 s), ``_pause_endpoints`` (by the audio's pauses; ``_pause_endpoints0.2``: of 0.2 s) or
+    ``_both_endpoints`` (whichever comes first, each at decode.py's default)."""
     match = _SETTING.fullmatch(text)
     if match is None:
         raise argparse.ArgumentTypeError(
-            f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4, optionally + _pauses or "
-            f"+ _endpoints[S] (e.g. chunk16_left4_endpoints, chunk16_left4_endpoints0.3)")
+            f"setting {text!r}: use full or chunk<C>_left<L>, e.g. chunk16_left4, optionally + _pauses, "
+            f"+ _endpoints[S], + _pause_endpoints[S] or + _both_endpoints (e.g. chunk16_left4_endpoints0.3, "
+            f"chunk16_left4_pause_endpoints0.2)")
     chunk, left = (0, -1) if match["base"] == "full" else (int(match["chunk"]), int(match["left"]))
-    endpoints = match["silence"] is not None or text.endswith("_endpoints")
+    endpoints = text.endswith("endpoints") or match["seconds"] is not None
     if endpoints and (chunk <= 0 or left < 0):
         raise argparse.ArgumentTypeError(
             f"setting {text!r}: endpoint resets stream chunk by chunk with bounded left context: use "
             f"chunk<C>_left<L>_endpoints with C > 0 and L >= 0")
-    silence = (float(match["silence"]) if match["silence"] else ENDPOINT_DEFAULT) if endpoints else None
-    if silence is not None and silence <= 0:
-        raise argparse.ArgumentTypeError(f"setting {text!r}: the endpoint silence must be > 0 s")
-    return Setting(text, chunk, left, match["pauses"] is not None, silence)
+    if not endpoints:
+        return Setting(text, chunk, left, match["pauses"] is not None)
+    rule = {"pause_": "pause", "both_": "both", None: "blank"}[match["rule"]]
+    seconds = float(match["seconds"]) if match["seconds"] else None
+    if seconds is not None and seconds <= 0:
+        raise argparse.ArgumentTypeError(f"setting {text!r}: the endpoint's seconds must be > 0")
+    if rule == "both" and seconds is not None:
+        raise argparse.ArgumentTypeError(f"setting {text!r}: _both_endpoints takes decode.py's defaults, no seconds")
+    if rule == "pause":
+        return Setting(text, chunk, left, endpoint_rule=rule, endpoint_pause_s=seconds)
+    silence = ENDPOINT_DEFAULT if rule == "blank" and seconds is None else seconds
+    return Setting(text, chunk, left, endpoint_silence_s=silence, endpoint_rule=rule)
 
 
 def long_file_name(minutes: float) -> str:

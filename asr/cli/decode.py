@@ -31,11 +31,13 @@ modes are scored; without, each <mode>.jsonl holds (key, hyp, seconds), <mode>.t
 "key hypothesis" lines, and the table says that no WER was computed.
 
 Long audio chunk by chunk (--chunk-size C > 0, --left-chunks L >= 0, past 40 s): as a streaming
-recognizer reads it (asr.decode.endpointed): an utterance ends at an endpoint (the CTC path emitted a
-token, then --endpoint-silence s of blank frames; Wenet's rules, the server's detector), the encoder's
-caches and online CMN restart there, and every mode decodes each utterance on its own (attention
-rescoring included); the file's text joins theirs. summary.json's "endpoints" and each record's
-"endpoint_utterances" say so. --no-endpoint-reset streams the whole file as one utterance.
+recognizer reads it (asr.decode.endpointed): an utterance ends at an endpoint, the encoder's caches and
+online CMN restart there, and every mode decodes each utterance on its own (attention rescoring
+included); the file's text joins theirs. --endpoint-rule says what ends an utterance: blank (the CTC path
+emitted a token, then --endpoint-silence s of blank frames; Wenet's rules, the server's detector), pause
+(--endpoint-pause s of audio well under the speech level, heard causally: asr.decode.pause_endpoint) or
+both. summary.json's "endpoints" (with its "rule") and each record's "endpoint_utterances" say so.
+--no-endpoint-reset streams the whole file as one utterance.
 
 Long audio: at full context rel_xl, shaw and rel_bias attend in blocks past 2^23 logits (about a
 minute of audio), exact and in memory linear in the length; every setting is checked against --memory-budget
@@ -74,7 +76,9 @@ from asr.evaluation.output_dir import OutDirError, check_out_dir, input_folder_n
 from asr.decode.scoring import add_scoring_arguments, case_warning, scoring_from_args  # noqa: E402
 from asr.evaluation.split import evaluate_utterances, load_inputs, load_utterances  # noqa: E402
 from asr.decode.segment import PauseSegmenter  # noqa: E402
-from asr.decode.endpointed import FILE_TRAILING_SILENCE_S, file_endpoints  # noqa: E402
+from asr.decode.endpointed import (ENDPOINT_RULES, FILE_ENDPOINT_RULE, FILE_TRAILING_SILENCE_S,  # noqa: E402
+                                   file_endpoints)
+from asr.decode.pause_endpoint import PauseRule  # noqa: E402
 from asr.decode.hotwords import add_hotword_arguments, biasing_from_args  # noqa: E402
 from asr.decode.options import (add_checkpoint_argument, add_chunk_arguments, add_search_arguments,  # noqa: E402
                                 add_threads_argument, options_from_args, set_threads)
@@ -116,26 +120,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-endpoint-reset", dest="endpoint_reset", action="store_false",
                         help="long inputs decoded chunk by chunk stream as one utterance, with no endpoints "
                              "(default: a fresh stream after each endpoint)")
+    parser.add_argument("--endpoint-rule", choices=ENDPOINT_RULES,
+                        help=f"what ends an utterance of a long input: blank (the CTC path's blank run), pause (the "
+                             f"audio's pauses, asr.decode.pause_endpoint) or both, whichever comes first "
+                             f"(default {FILE_ENDPOINT_RULE})")
     parser.add_argument("--endpoint-silence", type=float, metavar="S",
-                        help=f"seconds of blank frames after a decoded token that end an utterance of a long input "
-                             f"(default {FILE_TRAILING_SILENCE_S:g})")
+                        help=f"blank and both rules: seconds of blank frames after a decoded token that end an "
+                             f"utterance of a long input (default {FILE_TRAILING_SILENCE_S:g})")
+    parser.add_argument("--endpoint-pause", type=float, metavar="S",
+                        help=f"pause and both rules: seconds of quiet audio that end an utterance of a long input "
+                             f"(default {PauseRule.min_pause_s:g})")
     parser.add_argument("--min-pause", type=float, default=PauseSegmenter.min_pause_s,
                         help="with --segment-at-pauses: shortest pause (s) that separates two pieces")
     parser.add_argument("--max-piece", type=float, default=PauseSegmenter.max_piece_s,
                         help="with --segment-at-pauses: a longer piece (s) is split at its quietest moment")
     args = parser.parse_args(argv)
     args.segmenter = None
-    args.endpoints = None
-    if args.endpoint_silence is not None and (not args.endpoint_reset or args.segment_at_pauses):
-        parser.error("--endpoint-silence sets the endpoints of long inputs streamed whole; it has no use with "
-                     f"{'--no-endpoint-reset' if not args.endpoint_reset else '--segment-at-pauses'}")
-    # Cut at pauses, every piece is a sentence or two: none streams, so none has endpoints.
-    if args.endpoint_reset and not args.segment_at_pauses:
-        silence = FILE_TRAILING_SILENCE_S if args.endpoint_silence is None else args.endpoint_silence
-        try:
-            args.endpoints = file_endpoints(silence)
-        except ValueError as err:
-            parser.error(f"--endpoint-silence: {err}")
+    _endpoints_from_args(args, parser)
     if args.segment_at_pauses:
         try:
             args.segmenter = PauseSegmenter(min_pause_s=args.min_pause, max_piece_s=args.max_piece)
@@ -160,6 +161,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError as err:
             parser.error(f"--memory-budget: {err}")
     return args
+
+
+def _endpoints_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """args.endpoints (the blank rule's EndpointConfig) and args.pause_endpoints (a PauseRule), each None when
+    off; refuses an endpoint option that has no use with the others."""
+    args.endpoints = args.pause_endpoints = None
+    given = [flag for flag, value in (("--endpoint-rule", args.endpoint_rule), ("--endpoint-silence",
+             args.endpoint_silence), ("--endpoint-pause", args.endpoint_pause)) if value is not None]
+    if given and (not args.endpoint_reset or args.segment_at_pauses):
+        parser.error(f"{given[0]} sets the endpoints of long inputs streamed whole; it has no use with "
+                     f"{'--no-endpoint-reset' if not args.endpoint_reset else '--segment-at-pauses'}")
+    # Cut at pauses, every piece is a sentence or two: none streams, so none has endpoints.
+    if not args.endpoint_reset or args.segment_at_pauses:
+        return
+    rule = args.endpoint_rule or FILE_ENDPOINT_RULE
+    if args.endpoint_silence is not None and rule == "pause":
+        parser.error("--endpoint-silence sets the blank rule; the pause rule (--endpoint-rule pause, the default) "
+                     "has none: add --endpoint-rule blank or both")
+    if args.endpoint_pause is not None and rule == "blank":
+        parser.error("--endpoint-pause sets the pause rule; --endpoint-rule blank has none: use pause or both")
+    if rule in ("blank", "both"):
+        silence = FILE_TRAILING_SILENCE_S if args.endpoint_silence is None else args.endpoint_silence
+        try:
+            args.endpoints = file_endpoints(silence)
+        except ValueError as err:
+            parser.error(f"--endpoint-silence: {err}")
+    if rule in ("pause", "both"):
+        try:
+            args.pause_endpoints = PauseRule(**({} if args.endpoint_pause is None
+                                                 else {"min_pause_s": args.endpoint_pause}))
+        except ValueError as err:
+            parser.error(f"--endpoint-pause: {err}")
 
 
 def default_out_dir(args: argparse.Namespace, identity: dict) -> Path:
@@ -192,7 +225,8 @@ def format_table(summary: dict) -> str:
                 f"{seg['pause_seconds']:.1f} s of pauses not decoded")
     ends = summary.get("endpoints")
     if ends and ends["inputs"]:
-        ctx += f"; endpoint resets: {ends['inputs']} long inputs read as {ends['utterances']} utterances"
+        ctx += (f"; endpoint resets ({ends.get('rule', 'blank')} rule): {ends['inputs']} long inputs read as "
+                f"{ends['utterances']} utterances")
     if summary.get("scoring"):
         ctx += f"; scoring: {summary['scoring']['rule']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
@@ -254,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
         reverse_weight=args.reverse_weight, batch_seconds=args.batch_seconds, progress=True, fusion=fusion,
         memory_budget=args.memory_budget,
         biasing=biasing, hotword_rescore_weight=args.hotword_rescore_weight, segmenter=args.segmenter,
-        scoring=scoring, endpoints=args.endpoints,
+        scoring=scoring, endpoints=args.endpoints, pause_endpoints=args.pause_endpoints,
     )
     if note:
         print(note, file=sys.stderr)
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
                "references": eval_set.references, **result.summary()}
     if args.lm:
         summary["lm"] = {"path": str(args.lm), **summary["lm"]}
-    if args.endpoints is None:
+    if args.endpoints is None and args.pause_endpoints is None:
         summary["endpoints"] = None  # off: a long input decoded chunk by chunk is one stream
     if args.word_lm:
         summary["lm"]["word_lm"] = {"path": str(args.word_lm), **summary["lm"]["word_lm"]}

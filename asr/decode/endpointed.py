@@ -19,9 +19,16 @@ restart the model's state there. Here the same for an input held in memory:
    the next utterance starts at the split point's feature frame: what the old state encoded past the
    split is encoded again from the fresh state, as the server's cache reset does (``reset="both"``).
 
+The blank rule cannot find the short pauses between the sentences of a recording (a blank run starts
+inside the last word and ends inside the next), so the audio can end utterances instead, or as well
+(:data:`ENDPOINT_RULES`): a :class:`~asr.decode.pause_endpoint.PauseEndpointer` hears each feature frame's
+level as the stream meets it; where it finds a pause, the utterance reads every frame up to that point
+(its last chunk flushed as a partial one) and the next one starts inside the pause, before its first word.
+With both rules an utterance ends at whichever comes first.
+
 Memory: the encoder holds one stream state (``left_chunks * C`` cached frames a layer); the searches
 read one utterance's frames at a time, which the rules bound (an utterance of 20 s ends at its next
-blank frame), never the whole input's.
+blank frame, or at its next quiet frame with the pause rule), never the whole input's.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import torch
 from asr.data.features import FRAME_SHIFT_S
 from asr.decode.endpoint import EndpointConfig, EndpointDetector, default_rules
 from asr.decode.long_audio import can_stream, stream_chunks, streams_chunks
+from asr.decode.pause_endpoint import PauseEndpointer, PauseRule, reference_level
 
 # Trailing blank after speech that ends an utterance of a file: half the second a live endpoint waits
 # (the server's default, Wenet's rule 2), because the pauses between the sentences of a recording are
@@ -52,13 +60,28 @@ def file_endpoints(trailing_silence_s: float = FILE_TRAILING_SILENCE_S, blank_th
                           speaker_margin_db=None)
 
 
+# What ends an utterance of a long input streamed whole: the CTC path's blank run, the audio's pauses, or
+# whichever comes first.
+ENDPOINT_RULES = ("blank", "pause", "both")
+# decode.py's rule for long chunked inputs (``--endpoint-rule``): the pauses read a streamed file as the
+# file cut at its pauses reads, where the blank rule misses most of them (data/results/long_audio.md).
+FILE_ENDPOINT_RULE = "pause"
+
+
+def endpoint_rule_name(endpoint: EndpointConfig | None, pauses: PauseRule | None) -> str:
+    """The :data:`ENDPOINT_RULES` name of these rules (at least one given)."""
+    if endpoint is None and pauses is None:
+        raise ValueError("no endpoint rule: give blank endpoints, pauses or both.")
+    return "both" if endpoint is not None and pauses is not None else "blank" if pauses is None else "pause"
+
+
 @dataclass(frozen=True)
 class StreamUtterance:
     """One utterance of an input: feature frames [start, end) of the input, the ones its encoder frames read
     (the last utterance: to the end of the input), ``enc_out`` (1, T', D) encoded from a fresh state at
-    ``start``; ``endpoint``: it ended at an endpoint (else at the end of the input). The next utterance starts
-    at ``start + subsampling_rate * T'``: the last frames' windows overlap it by ``window - rate`` feature
-    frames."""
+    ``start``; ``endpoint``: it ended at an endpoint (else at the end of the input). After a blank endpoint the
+    next utterance starts at ``start + subsampling_rate * T'`` (the last frames' windows overlap it by
+    ``window - rate`` feature frames); after a pause, inside the pause, at or before ``end``."""
 
     start: int
     end: int
@@ -66,36 +89,53 @@ class StreamUtterance:
     endpoint: bool
 
 
-def endpoint_utterances(model, feats: torch.Tensor, chunk_size: int, left_chunks: int, endpoint: EndpointConfig,
-                        progress: Callable[[int], None] | None = None) -> Iterator[StreamUtterance]:
+def endpoint_utterances(model, feats: torch.Tensor, chunk_size: int, left_chunks: int,
+                        endpoint: EndpointConfig | None, progress: Callable[[int], None] | None = None,
+                        pauses: PauseRule | None = None) -> Iterator[StreamUtterance]:
     """The utterances of one input (T, F), in order, each as soon as it ends (see the module docstring).
 
     Args:
         model: an ``AsrModel`` with a causal streaming encoder (``stream_step``) and a CTC head.
-        endpoint: the rules; its ``reset`` must be ``"both"`` (a file restarts cache and CMN together).
+        endpoint: the blank rules (None: none); its ``reset`` must be ``"both"`` (a file restarts cache and CMN
+            together).
         progress: called with the feature frames each utterance moves the input on by (they add up to T).
+        pauses: the audio's pauses end utterances too (:mod:`asr.decode.pause_endpoint`; None: they do not).
+            With both, an utterance ends at whichever comes first.
     """
     if feats.dim() != 2:
         raise ValueError(f"feats must be one input (T, F), got {tuple(feats.shape)}.")
     if chunk_size <= 0:
         raise ValueError(f"endpoint resets stream chunk by chunk: chunk_size ({chunk_size}) must be > 0.")
-    if not endpoint.enabled or endpoint.reset != "both":
+    if endpoint is not None and (not endpoint.enabled or endpoint.reset != "both"):
         raise ValueError(f"endpoint resets need an enabled endpoint config with reset 'both', got "
                          f"enabled={endpoint.enabled}, reset={endpoint.reset!r}.")
+    endpoint_rule_name(endpoint, pauses)  # refuses no rule at all
     encoder = model.encoder
     if not can_stream(encoder):
         raise ValueError("endpoint resets need a causal streaming encoder (stream_step); this one cannot stream.")
     rate = encoder.subsampling_rate
     window = encoder.subsampling.window
-    detector = EndpointDetector(endpoint, model.blank_id, rate * FRAME_SHIFT_S)
+    detector = None if endpoint is None else EndpointDetector(endpoint, model.blank_id, rate * FRAME_SHIFT_S)
+    heard = None if pauses is None else PauseEndpointer(pauses, reference_level(encoder.cmvn_mean))
     total, start = feats.size(0), 0
     while start == 0 or int(encoder.output_length(total - start)) > 0:
-        detector.reset()
+        stop, restart = total, None
+        if heard is not None:  # the pause that ends this utterance, if any: the encoder reads up to it
+            heard.start(start)
+            found = heard.pause()
+            while found is None and heard.heard < total:
+                heard.listen(feats[heard.heard : heard.heard + rate * chunk_size])
+                found = heard.pause()
+            if found is not None:
+                stop, restart = found
+        if detector is not None:
+            detector.reset()
         kept, frames, split = [], 0, None
         # One chunk a step, as the server steps: an endpoint wastes at most the chunk it fell in.
-        for out in stream_chunks(encoder, feats[start:], chunk_size, left_chunks, piece=rate * chunk_size):
+        for out in stream_chunks(encoder, feats[start:stop], chunk_size, left_chunks, piece=rate * chunk_size):
             for chunk in out.split(chunk_size, dim=1):  # (1, c <= C, D)
-                split = detector.advance_to_endpoint(model.ctc_log_probs(chunk)[0])  # (c, V) in
+                if detector is not None:
+                    split = detector.advance_to_endpoint(model.ctc_log_probs(chunk)[0])  # (c, V) in
                 kept.append(chunk if split is None else chunk[:, :split])
                 frames += kept[-1].size(1)
                 if split is not None:
@@ -103,13 +143,17 @@ def endpoint_utterances(model, feats: torch.Tensor, chunk_size: int, left_chunks
             if split is not None:
                 break
         enc_out = torch.cat(kept, dim=1) if kept else feats.new_zeros(1, 0, encoder.output_size)  # (1, T', D)
-        end = start + rate * (frames - 1) + window if split is not None else total
-        moved = rate * frames if split is not None else total - start
+        if split is not None:  # the blank rule: the next utterance starts after the frames this one kept
+            end, moved = start + rate * (frames - 1) + window, rate * frames
+        elif restart is not None:  # a pause: this utterance read every frame up to it, the next starts in it
+            end, moved = stop, restart - start
+        else:
+            end, moved = total, total - start
         if progress is not None:
             progress(moved)
-        yield StreamUtterance(start, end, enc_out, split is not None)
+        yield StreamUtterance(start, end, enc_out, split is not None or restart is not None)
         start += moved
-        if split is None:
+        if split is None and restart is None:
             return
     if progress is not None and start < total:  # a tail too short for an encoder frame
         progress(total - start)
@@ -126,20 +170,21 @@ Search = Callable[[torch.Tensor, torch.Tensor, str], list[list[int]]]
 
 
 def search_utterances(model, feats: torch.Tensor, modes: Sequence[str], search: Search, chunk_size: int,
-                      left_chunks: int, endpoint: EndpointConfig, clock: Callable[[], float],
-                      progress: Callable[[int], None] | None = None,
+                      left_chunks: int, endpoint: EndpointConfig | None, clock: Callable[[], float],
+                      progress: Callable[[int], None] | None = None, pauses: PauseRule | None = None,
                       ) -> tuple[dict[str, list[list[int]]], dict[str, float], int]:
     """Every mode's tokens for each utterance of one input (T, F), searched as the utterance ends.
 
     ``search(enc_out (1, T', D), enc_lens (1,), mode)`` -> [tokens]: one mode's search (e.g.
     ``asr.decode.batch.search_encoded`` with the caller's options). Returns per mode the utterances'
     tokens in order, per mode the seconds spent (the encoder's, which the modes share, plus the mode's
-    own search, measured with ``clock``), and the number of utterances.
+    own search, measured with ``clock``), and the number of utterances. ``endpoint``, ``pauses``: the rules that
+    end them (:func:`endpoint_utterances`).
     """
     tokens: dict[str, list[list[int]]] = {mode: [] for mode in modes}
     seconds = dict.fromkeys(modes, 0.0)
     count, started = 0, clock()
-    for utt in endpoint_utterances(model, feats, chunk_size, left_chunks, endpoint, progress):
+    for utt in endpoint_utterances(model, feats, chunk_size, left_chunks, endpoint, progress, pauses):
         encoding = clock() - started
         lens = torch.tensor([utt.enc_out.size(1)])
         for mode in modes:

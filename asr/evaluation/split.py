@@ -32,10 +32,11 @@ import torch
 from asr.data.features import FRAME_SHIFT_S
 from asr.decode.batch import FUSED_MODES, MODES, search_encoded
 from asr.decode.endpoint import EndpointConfig
-from asr.decode.endpointed import resets_apply, search_utterances
+from asr.decode.endpointed import endpoint_rule_name, resets_apply, search_utterances
 from asr.decode.long_audio import encode_batch
 from asr.decode.hotwords import DEFAULT_RESCORE_WEIGHT, Biasing
 from asr.decode.scoring import Scoring
+from asr.decode.pause_endpoint import PauseRule
 from asr.decode.segment import PauseSegmenter, Pieces
 from asr.decode.wer import ErrorCounter
 from asr.evaluation.memory import format_bytes, plan_batch
@@ -208,6 +209,7 @@ def evaluate_utterances(
     segmenter: PauseSegmenter | None = None,
     scoring: Scoring = Scoring(),
     endpoints: EndpointConfig | None = None,
+    pause_endpoints: PauseRule | None = None,
 ) -> SplitResult:
     """Decode ``eval_set`` with every mode of ``modes`` and score it.
 
@@ -227,7 +229,9 @@ def evaluate_utterances(
         scoring: how references and hypotheses are normalized alike before scoring (case, punctuation).
         endpoints: decode every input that streams chunk by chunk (``asr.decode.endpointed.resets_apply``)
             as utterances ended at endpoints, each encoded as a fresh stream (``asr.decode.endpointed``);
-            its hypothesis joins theirs. None: one stream an input.
+            its hypothesis joins theirs. None: one stream an input (unless ``pause_endpoints``).
+        pause_endpoints: the same inputs' utterances end at the audio's pauses too (``asr.decode.pause_endpoint``;
+            alone, or with ``endpoints``: whichever comes first).
 
     A decoding error (e.g. an input longer than ``abs_learned``'s table) propagates:
     a WER over the utterances that happened to decode would not be comparable with
@@ -268,7 +272,8 @@ def evaluate_utterances(
                   f"--chunk-size 16 --left-chunks 4 (memory independent of the length), cut it shorter, or raise "
                   f"--memory-budget", file=sys.stderr)
         for planned, forced in groups:
-            for group, streamed in _endpoint_parts(model, planned, frames, chunk_size, left_chunks, endpoints):
+            for group, streamed in _endpoint_parts(model, planned, frames, chunk_size, left_chunks,
+                                                   endpoints is not None or pause_endpoints is not None):
                 blocked_units += len(group) if forced else 0
                 group_biasing = (biasing if biasing is None or isinstance(biasing, Biasing)
                                  else [biasing.get(utts[owner[i]].key) for i in group])
@@ -276,7 +281,8 @@ def evaluate_utterances(
                               chunk_size=chunk_size, left_chunks=left_chunks, ctc_weight=ctc_weight,
                               reverse_weight=reverse_weight, fusion=fusion, biasing=group_biasing,
                               hotword_rescore_weight=hotword_rescore_weight,
-                              endpoints=endpoints if streamed else None, endpointed=endpointed)
+                              endpoints=endpoints, pause_endpoints=pause_endpoints, streamed=streamed,
+                              endpointed=endpointed)
     if bar is not None:
         bar.close()
     hyps = {m: [""] * len(utts) for m in modes}
@@ -285,7 +291,9 @@ def evaluate_utterances(
             hyps[m][i] = f"{hyps[m][i]} {hyp}".strip() if hyp else hyps[m][i]
     decoded = [i for i in range(len(utts)) if i not in over_budget]
     audio_s = sum(utts[i].seconds for i in decoded)
-    extra = {} if segmenter is not None else {i: {"endpoint_utterances": n} for i, n in endpointed.items()}
+    rule = endpoint_rule_name(endpoints, pause_endpoints) if endpointed else None
+    extra = {} if segmenter is not None else {i: {"endpoint_utterances": n, "endpoint_rule": rule}
+                                              for i, n in endpointed.items()}
     results = {}
     for mode in modes:
         timing = {"decode_seconds": seconds[mode], "rtf": seconds[mode] / audio_s if audio_s else float("nan")}
@@ -308,10 +316,14 @@ def evaluate_utterances(
                                 "rescore_weight": hotword_rescore_weight}
     if memory_budget is not None:
         settings["memory"] = {"budget_bytes": memory_budget, "blocked_attention_utterances": blocked_units}
-    if endpoints is not None:
-        settings["endpoints"] = {"blank_threshold": endpoints.blank_threshold, "reset": endpoints.reset,
-                                 "rules": [vars(rule) for rule in endpoints.rules],
-                                 "inputs": len(endpointed), "utterances": sum(endpointed.values())}
+    if endpoints is not None or pause_endpoints is not None:
+        settings["endpoints"] = {"rule": endpoint_rule_name(endpoints, pause_endpoints)}
+        if endpoints is not None:
+            settings["endpoints"].update(blank_threshold=endpoints.blank_threshold, reset=endpoints.reset,
+                                         rules=[vars(rule) for rule in endpoints.rules])
+        if pause_endpoints is not None:
+            settings["endpoints"].update(reset="both", pauses=pause_endpoints.settings())
+        settings["endpoints"].update(inputs=len(endpointed), utterances=sum(endpointed.values()))
     if segmenter is not None:
         settings["segments"] = {"min_pause_s": segmenter.min_pause_s, "max_piece_s": segmenter.max_piece_s,
                                 "pieces": len(units),
@@ -335,12 +347,12 @@ def _cut_at_pauses(utts: list[Utterance], segmenter: PauseSegmenter
 
 
 def _endpoint_parts(model, group: list[int], frames: list[int], chunk_size: int, left_chunks: int,
-                    endpoints: EndpointConfig | None) -> list[tuple[list[int], bool]]:
+                    resets: bool) -> list[tuple[list[int], bool]]:
     """``group`` as the parts `_decode_group` takes, each with whether it is decoded through its endpoints:
-    with endpoints, each input that streams on its own length alone (True) and the others together (False);
+    with endpoint ``resets``, each input that streams on its own length alone (True) and the others together (False);
     a short input batched beside a long one is decoded as it would be in a batch of its own, not through
     endpoints its padding made."""
-    if endpoints is None:
+    if not resets:
         return [(group, False)]
     streamed = [i for i in group if resets_apply(model.encoder, chunk_size, left_chunks, frames[i])]
     rest = [i for i in group if i not in streamed]
@@ -350,16 +362,17 @@ def _endpoint_parts(model, group: list[int], frames: list[int], chunk_size: int,
 def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], modes: Sequence[str],
                   hyps: dict[str, list[str]], seconds: dict[str, float], forced_blocked: bool, bar, *,
                   chunk_size: int, left_chunks: int, fusion: Fusion | None, biasing,
-                  endpoints: EndpointConfig | None, endpointed: dict[int, int], **options) -> None:
+                  endpoints: EndpointConfig | None, pause_endpoints: PauseRule | None, streamed: bool,
+                  endpointed: dict[int, int], **options) -> None:
     """Decode utterances ``group`` with every mode into ``hyps`` (their manifest slots), timing each mode;
     ``forced_blocked``: every attention call takes the blocked path (``blocked.forced()``); the LMs and
     hotwords (``biasing``) go to the modes that take them (``FUSED_MODES``); ``bar``: a progress bar counting
     feature frames (or None).
 
     The group is encoded once for all modes (as ``decode_batch`` would each time); every mode's time
-    counts the encoder, so its RTF is the one it has alone. With ``endpoints``, the group is one input that
-    streams (`_endpoint_parts`), decoded utterance by utterance (``asr.decode.endpointed``); ``endpointed``
-    counts them by unit.
+    counts the encoder, so its RTF is the one it has alone. ``streamed``: the group is one input that streams
+    (`_endpoint_parts`), decoded utterance by utterance (``asr.decode.endpointed``) as ``endpoints`` and
+    ``pause_endpoints`` end them; ``endpointed`` counts them by unit.
     """
     from asr.model.scorers import blocked
 
@@ -371,10 +384,11 @@ def _decode_group(model, tokenizer, utts: list[Utterance], group: list[int], mod
         return search_encoded(model, enc_out, enc_lens, mode, fusion=fusion if fused else None,
                               biasing=biasing if fused else None, **options)
 
-    if endpoints is not None:
+    if streamed:
         (i,) = group
         tokens, spent, endpointed[i] = search_utterances(model, utts[i].feats, modes, search, chunk_size,
-                                                         left_chunks, endpoints, time.perf_counter, advance)
+                                                         left_chunks, endpoints, time.perf_counter, advance,
+                                                         pauses=pause_endpoints)
         for mode in modes:
             seconds[mode] += spent[mode]
             hyps[mode][i] = " ".join(filter(None, map(tokenizer.decode, tokens[mode])))

@@ -18,6 +18,7 @@ from asr.decode.ctc_greedy import ctc_greedy
 from asr.decode.endpoint import EndpointConfig
 from asr.decode.endpointed import endpoint_utterances, file_endpoints, search_utterances
 from asr.decode.long_audio import stream_chunks
+from asr.decode.pause_endpoint import PauseRule
 from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances
 from asr.model import build_encoder
 from asr.model.asr_model import AsrModel
@@ -100,6 +101,46 @@ def test_a_file_without_silence_is_one_utterance_equal_to_the_stream():
         (utt,) = endpoint_utterances(model, feats, CHUNK, LEFT, ENDPOINTS)
     assert not utt.endpoint and (utt.start, utt.end) == (0, 300)
     torch.testing.assert_close(utt.enc_out, alone(model, feats), rtol=1e-5, atol=1e-5)
+
+
+def test_pauses_in_the_audio_end_utterances_each_read_as_a_fresh_stream():
+    """Speech, 2 s of silence (about 22 dB under it), speech: the pause rule ends the first utterance 0.2 s into the
+    silence (every frame up to there encoded, the last chunk flushed) and starts the next one there."""
+    model = hearing_model()
+    feats = torch.cat([speech(200, 1), SILENCE.expand(200, -1), speech(200, 2)])  # (600, F)
+    rule = PauseRule()
+    seen = []
+    with torch.no_grad():
+        utts = list(endpoint_utterances(model, feats, CHUNK, LEFT, None, progress=seen.append, pauses=rule))
+    assert [(u.start, u.end, u.endpoint) for u in utts] == [(0, 220, True), (220, 600, False)]
+    assert sum(seen) == 600
+    for utt in utts:
+        torch.testing.assert_close(utt.enc_out, alone(model, feats[utt.start : utt.end]), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # both rules: whichever ends the utterance first
+        both = list(endpoint_utterances(model, feats, CHUNK, LEFT, ENDPOINTS, pauses=rule))
+        blank = list(endpoint_utterances(model, feats, CHUNK, LEFT, ENDPOINTS))
+    assert len(both) == 2 and both[0].end <= min(blank[0].end, utts[0].end)
+    with pytest.raises(ValueError, match="no endpoint rule"):
+        next(endpoint_utterances(model, feats, CHUNK, LEFT, None))
+
+
+def test_the_summary_names_the_rule(monkeypatch):
+    model = hearing_model()
+    data = long_set()
+    monkeypatch.setattr(long_audio, "STREAM_MIN_FRAMES", 80)
+    with torch.no_grad():
+        heard = evaluate_utterances(model, Letters(), data, ["ctc_greedy"], CHUNK, LEFT, batch_seconds=1.0,
+                                    pause_endpoints=PauseRule())
+        both = evaluate_utterances(model, Letters(), data, ["ctc_greedy"], CHUNK, LEFT, batch_seconds=1.0,
+                                   endpoints=ENDPOINTS, pause_endpoints=PauseRule())
+        blank = evaluate_utterances(model, Letters(), data, ["ctc_greedy"], CHUNK, LEFT, batch_seconds=1.0,
+                                    endpoints=ENDPOINTS)
+    ends = heard.summary()["endpoints"]
+    assert ends["rule"] == "pause" and ends["pauses"] == PauseRule().settings() and ends["utterances"] == 2
+    record = heard.modes["ctc_greedy"].records[0]
+    assert "rules" not in ends and record["endpoint_utterances"] == 2 and record["endpoint_rule"] == "pause"
+    assert both.summary()["endpoints"]["rule"] == "both" and "rules" in both.summary()["endpoints"]
+    assert blank.summary()["endpoints"]["rule"] == "blank" and "pauses" not in blank.summary()["endpoints"]
 
 
 def test_memory_holds_one_utterance_and_one_stream_state_however_many():
@@ -188,15 +229,27 @@ def test_bad_settings_are_refused():
 
 def test_decode_flags_choose_the_endpoints(capsys):
     base = ["--checkpoint", "x.ckpt", "--chunk-size", "16", "--left-chunks", "4"]
-    assert parse_args(base).endpoints == file_endpoints()
-    assert parse_args(base + ["--endpoint-silence", "0.3"]).endpoints == file_endpoints(0.3)
-    assert parse_args(base + ["--no-endpoint-reset"]).endpoints is None
-    assert parse_args(base + ["--segment-at-pauses"]).endpoints is None
+    default = parse_args(base)  # the pause rule
+    assert default.endpoints is None and default.pause_endpoints == PauseRule()
+    blank = parse_args(base + ["--endpoint-rule", "blank"])
+    assert blank.endpoints == file_endpoints() and blank.pause_endpoints is None
+    assert parse_args(base + ["--endpoint-rule", "blank", "--endpoint-silence", "0.3"]).endpoints == file_endpoints(0.3)
+    for off in (["--no-endpoint-reset"], ["--segment-at-pauses"]):
+        assert parse_args(base + off).endpoints is None and parse_args(base + off).pause_endpoints is None
     for bad in (["--no-endpoint-reset", "--endpoint-silence", "0.3"], ["--segment-at-pauses", "--endpoint-silence", "1"],
-                ["--endpoint-silence", "0"]):
+                ["--endpoint-rule", "blank", "--endpoint-silence", "0"], ["--endpoint-silence", "0.3"]):
         with pytest.raises(SystemExit):
             parse_args(base + bad)
         assert "--endpoint-silence" in capsys.readouterr().err
+    heard = parse_args(base + ["--endpoint-rule", "pause", "--endpoint-pause", "0.3"])
+    assert heard.endpoints is None and heard.pause_endpoints == PauseRule(min_pause_s=0.3)
+    both = parse_args(base + ["--endpoint-rule", "both"])
+    assert both.endpoints == file_endpoints() and both.pause_endpoints == PauseRule()
+    for bad in (["--endpoint-rule", "blank", "--endpoint-pause", "0.3"], ["--endpoint-pause", "-1"],
+                ["--no-endpoint-reset", "--endpoint-rule", "pause"], ["--endpoint-rule", "loud"]):
+        with pytest.raises(SystemExit):
+            parse_args(base + bad)
+        assert "--endpoint-" in capsys.readouterr().err
 
 
 def test_bench_settings_name_the_endpoint_mode():
@@ -204,8 +257,15 @@ def test_bench_settings_name_the_endpoint_mode():
                                                         "chunk16_left4_endpoints0.3"))
     assert "--no-endpoint-reset" in plain.decode_args() and "--no-endpoint-reset" not in plain.decode_args(False)
     assert resets.endpoint_silence_s == file_endpoints().rules[1].min_trailing_silence_s
-    assert tuned.decode_args()[4:6] == ["--endpoint-silence", "0.3"]
+    assert tuned.decode_args()[4:8] == ["--endpoint-rule", "blank", "--endpoint-silence", "0.3"]
+    assert tuned.decode_args(knows_rules=False)[4:6] == ["--endpoint-silence", "0.3"]  # an older decode.py
+    heard, both = parse_setting("chunk16_left4_pause_endpoints0.2"), parse_setting("chunk16_left4_both_endpoints")
+    assert heard.decode_args()[4:8] == ["--endpoint-rule", "pause", "--endpoint-pause", "0.2"]
+    assert both.decode_args()[4:6] == ["--endpoint-rule", "both"] and "--endpoint-silence" not in both.decode_args()
+    with pytest.raises(ValueError, match="no --endpoint-rule"):
+        heard.decode_args(knows_rules=False)
     assert parse_setting("chunk16_left4_pauses").decode_args()[-1] == "--segment-at-pauses"
-    for bad in ("full_endpoints", "chunk16_left-1_endpoints", "chunk16_left4_endpoints_pauses", "chunk16"):
+    for bad in ("full_endpoints", "chunk16_left-1_endpoints", "chunk16_left4_endpoints_pauses", "chunk16",
+                "full_pause_endpoints", "chunk16_left4_both_endpoints0.3", "chunk16_left4_pause_endpoints0"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_setting(bad)
