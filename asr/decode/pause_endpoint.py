@@ -40,8 +40,8 @@ than ``margin_db`` under the speaker hides the pauses from this rule.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
