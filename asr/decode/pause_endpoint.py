@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from asr.data.features import FRAME_SHIFT_S
+from asr.model.normalization import decaying_peak
 
 _DB_PER_NEPER = 10.0 / math.log(10.0)  # natural-log energy -> dB
 
@@ -136,10 +137,7 @@ class PauseTracker:
         """(n, F) next frames -> (quiet (n,) bool, the speech level after each frame (n,) float64 dB); the
         tracker does not move (:meth:`quiet` does)."""
         levels = frame_levels(feats)  # (n,)
-        steps = torch.arange(levels.numel(), dtype=torch.float64)  # (n,)
-        # R_t = max(e_t, R_{t-1} - d) unrolled: max(R_{-1} - d(t+1), max_{s<=t} e_s - d(t-s))
-        lifted = torch.cummax(levels + self._decay * steps, dim=0).values if levels.numel() else levels  # (n,)
-        speech = torch.maximum(lifted, torch.full_like(lifted, self.speech_db - self._decay)) - self._decay * steps
+        speech = decaying_peak(levels, torch.tensor(self.speech_db, dtype=torch.float64), self._decay)  # (n,) R_t
         rule = self.rule
         return (levels < speech - rule.margin_db) | (levels < self.reference_db - rule.floor_db), speech
 

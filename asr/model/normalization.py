@@ -166,14 +166,12 @@ class OnlineCmn:
             noise = state.noise.unsqueeze(-1).expand_as(weight)
         else:
             energy = x.mean(-1) - mean.mean()  # (..., T) each frame's level against the global mean's
-            steps = torch.arange(x.size(-2), dtype=x.dtype, device=x.device)  # (T,)
-            # R_t = max(R_{t-1} - d, e_t) unrolled: max(R_{-1} - d(t+1), max_{s<=t} e_s - d(t-s))
-            lifted = running_max(energy + gate.decay * steps)  # (..., T)
-            level = torch.maximum(lifted, (state.level - gate.decay).unsqueeze(-1)) - gate.decay * steps
+            level = decaying_peak(energy, state.level, gate.decay)  # (..., T) R_t
             counts = (energy >= level - gate.margin) & (energy >= -gate.floor)  # (..., T)
             if gate.noise_snr_db == 0:
                 noise = state.noise.unsqueeze(-1).expand_as(level)
             else:
+                steps = torch.arange(x.size(-2), dtype=x.dtype, device=x.device)  # (T,)
                 # N_t = min(N_{t-1} + r, e_t) unrolled: min(N_{-1} + r(t+1), min_{s<=t} e_s + r(t-s))
                 lowered = -running_max(-(energy - gate.noise_rise * steps))  # (..., T)
                 before = NOISE_CEILING - state.noise  # (...,) N_{-1}
@@ -209,6 +207,16 @@ class OnlineCmn:
 
     def stream(self) -> OnlineCmnStream:
         return OnlineCmnStream(self)
+
+
+def decaying_peak(levels: torch.Tensor, before: torch.Tensor, decay: float) -> torch.Tensor:
+    """The level that jumps to a louder frame at once and falls by ``decay`` a frame while frames are quieter:
+    levels (..., T) after the tracked level ``before`` (...,) -> (..., T) R_t = max(e_t, R_{t-1} - decay),
+    R_{-1} = before, computed for all frames at once."""
+    steps = torch.arange(levels.size(-1), dtype=levels.dtype, device=levels.device)  # (T,)
+    # unrolled: R_t = max(R_{-1} - d(t+1), max_{s<=t} e_s - d(t-s))
+    lifted = running_max(levels + decay * steps)  # (..., T)
+    return torch.maximum(lifted, (before - decay).unsqueeze(-1)) - decay * steps
 
 
 def running_max(values: torch.Tensor) -> torch.Tensor:
