@@ -324,7 +324,8 @@ class AsrDataModule(L.LightningDataModule):
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
             lead_in_from_epoch=self.lead_in_from_epoch, seed=self.seed,
         )
-        listeners = [dataset.set_epoch, share.set_epoch] + ([shar.set_epoch] if shar is not None else [])
+        listeners = [dataset.set_epoch] + ([share.set_epoch] if self.curriculum_mix else [])
+        listeners += [shar.set_epoch] if shar is not None else []
         source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)
         loader = self._loader(source, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:

@@ -30,6 +30,7 @@ everything that converts samples, frames and seconds imports these constants.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -43,6 +44,7 @@ FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
 FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
+DB_PER_NEPER = 10.0 / math.log(10.0)  # a log-mel (natural-log energy) difference -> dB
 WINDOW_TYPES = ("povey", "hamming", "hanning", "hann", "rectangular", "blackman")
 MEL_BANKS = ("kaldi", "librosa")
 BACKENDS = ("knf", "torchaudio")

@@ -46,10 +46,9 @@ from dataclasses import dataclass
 
 import torch
 
-from asr.data.features import FRAME_SHIFT_S
+from asr.data.features import DB_PER_NEPER, FRAME_SHIFT_S
 from asr.model.normalization import decaying_peak
 
-_DB_PER_NEPER = 10.0 / math.log(10.0)  # natural-log energy -> dB
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ def frame_levels(feats: torch.Tensor) -> torch.Tensor:
     """(T, F) log-mel -> (T,) float64 mean log-mel of each frame over its bins, in dB."""
     if feats.dim() != 2:
         raise ValueError(f"feats must be one input (T, F), got {tuple(feats.shape)}.")
-    return feats.double().mean(dim=1) * _DB_PER_NEPER
+    return feats.double().mean(dim=1) * DB_PER_NEPER
 
 
 def reference_level(global_mean: torch.Tensor) -> float:

@@ -24,13 +24,11 @@ Axis legend: T feature frames (10 ms), F mel bins.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from asr.data.features import FRAME_SHIFT_S
-_DB_PER_NEPER = 10.0 / math.log(10.0)  # natural-log energy -> dB
+from asr.data.features import DB_PER_NEPER, FRAME_SHIFT_S
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ class PauseSegmenter:
         total = feats.size(0)
         if total == 0:
             return []
-        level = torch.logsumexp(feats.double(), dim=1) * _DB_PER_NEPER  # (T,) dB
+        level = torch.logsumexp(feats.double(), dim=1) * DB_PER_NEPER  # (T,) dB
         quiet, loud = _percentiles(level, 0.05, 0.95)
         if loud - quiet < self.min_contrast_db:
             runs = [(0, total)]
