@@ -55,6 +55,11 @@ level (:class:`~asr.decode.levels.BackgroundFloor`: the quietest surrounding lev
 slowly; it lasts the stream): talk behind the speaker sets that floor itself and lies on it, a
 quieter sentence in a quiet room lies far over it. Both decisions, the endpoint rule's and the
 search's, take the floor.
+
+Beside these frame-level decisions, a stream drops whole words of the background from its results
+(``EndpointConfig.drop_background_words``, :mod:`asr.decode.background_words`): a word far under the
+loudest word of its own utterance and near the floor. The detector keeps, per frame of its last advance,
+the level the search judged and the floor then (``heard_db``, ``floor_db``) for it.
 """
 
 from __future__ import annotations
@@ -134,6 +139,10 @@ class EndpointConfig:
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
     floor_margin_db: float | None = 10.0
     floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
+    # With suppression and a floor, a word far under the loudest word of its utterance and near the floor is
+    # dropped from the stream's partial and final results (asr.decode.background_words): the frame rule keeps
+    # the background's words where the stream's speaker level is not set yet or a word's frames pass the margin.
+    drop_background_words: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -148,6 +157,12 @@ class EndpointConfig:
                              f"({self.floor_rise_db_s}) a finite number > 0.")
         if self.reset not in ENDPOINT_RESETS:
             raise ValueError(f"endpoint reset {self.reset!r} is not one of {', '.join(ENDPOINT_RESETS)}.")
+
+    @property
+    def drops_background_words(self) -> bool:
+        """Background words are dropped: the switch, with suppression, a speaker's level and a floor to judge by."""
+        return (self.drop_background_words and self.suppress_background and self.speaker_margin_db is not None
+                and self.floor_margin_db is not None)
 
     @property
     def resets_cache(self) -> bool:
@@ -189,6 +204,8 @@ class EndpointDetector:
         self.speech_seen = False
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
         self.search_background: list[bool] = []  # and so is the rest of its chunk: a certain blank for the search
+        self.heard_db: list[float] = []  # per frame of the last advance: the level the search judged (NaN: unknown)
+        self.floor_db: list[float] = []  # and the background's floor then (NaN: none)
 
     def advance(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None,
                 earlier_db: torch.Tensor | None = None) -> None:
@@ -235,6 +252,7 @@ class EndpointDetector:
             raise ValueError(f"log_probs must be (t, V), got shape {tuple(log_probs.shape)}.")
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
         self.background, self.search_background = [], []
+        self.heard_db, self.floor_db = [math.nan] * len(blank), [math.nan] * len(blank)
         if self.speaker is None or levels_db is None:
             return blank
         if levels_db.shape != (log_probs.size(0),):
@@ -246,7 +264,11 @@ class EndpointDetector:
         around = surrounding_levels(levels, earlier, self.context_frames)
         heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
         silent = []
-        for is_blank, level, level_around, level_heard in zip(blank, levels.tolist(), around.tolist(), heard.tolist()):
+        self.heard_db = heard.tolist()
+        for k, (is_blank, level, level_around) in enumerate(zip(blank, levels.tolist(), around.tolist())):
+            level_heard = self.heard_db[k]
+            if self.floor is not None and self.floor.level_db is not None:
+                self.floor_db[k] = self.floor.level_db
             self.background.append(self._is_background(level_around))
             self.search_background.append(self._is_background(level_heard))  # implies background
             silent.append(is_blank or self.background[-1])

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
+from asr.decode.background_words import background_words, without_words
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.endpoint import EndpointConfig, EndpointDetector
 from asr.decode.hotwords import Biasing
@@ -73,6 +74,8 @@ class _Utterance:
     start_frame: int  # encoder frame of its first frame, counted from its audio segment's start
     enc_out: list[torch.Tensor] = field(default_factory=list)  # (c, D) each, for rescoring
     log_probs: list[torch.Tensor] = field(default_factory=list)  # (c, V) each, for alignment
+    heard_db: list[list[float]] = field(default_factory=list)  # c each: the levels the search judged (NaN: unknown)
+    floor_db: list[list[float]] = field(default_factory=list)  # c each: the background's floor then (NaN: none)
 
     @property
     def frames(self) -> int:
@@ -190,6 +193,8 @@ class Stream:
             return Result(self._final.hyps[:nbest], True, self._final.segment, self._final.span)
         decode = self._rec.tokenizer.decode
         partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
+        if self._rec.endpoint.drops_background_words:
+            partial = [(self._speakers_words(tokens)[0], score) for tokens, score in partial]
         hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
         return Result(hyps or [Hypothesis("", ())], False, self._utterance)
 
@@ -379,6 +384,9 @@ class Stream:
         start = self._endpoint.advance_to_endpoint(log_probs, levels[context:], earlier_db=levels[:context])
         self._levels.forget_before(first_frame - context)  # frames are read in order; a split's carry starts later
         log_probs = self._endpoint.suppressed(log_probs)
+        kept = log_probs.size(0) if start is None else start
+        self._utt.heard_db.append(self._endpoint.heard_db[:kept])
+        self._utt.floor_db.append(self._endpoint.floor_db[:kept])
         if start is not None and start < log_probs.size(0):
             self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])
             enc_out, log_probs = enc_out[:start], log_probs[:start]
@@ -427,8 +435,24 @@ class Stream:
         log_probs = torch.cat(utt.log_probs)  # (T', V)
         hyps = []
         for tokens, _ in nbest:
-            spans = ctc_align(log_probs, tokens, rec.model.blank_id)
-            words = word_times([rec.word_piece(t) for t in tokens], spans, rec.frame_s, span[0])
+            tokens, pieces, spans = self._speakers_words(tokens, ctc_align(log_probs, tokens, rec.model.blank_id))
+            words = word_times(pieces, spans, rec.frame_s, span[0])
             hyps.append(Hypothesis(rec.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
         return Result(hyps, True, self._utterance, span)
+
+    def _speakers_words(self, tokens: list[int], spans: list[tuple[int, int]] | None = None
+                        ) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+        """A hypothesis's U ``tokens`` without the background's words (``EndpointConfig.drops_background_words``),
+        with their pieces and frame spans (``spans``: the tokens' CTC alignment, made here when None)."""
+        rec, utt = self._rec, self._utt
+        pieces = [rec.word_piece(t) for t in tokens]
+        if spans is None:
+            spans = ctc_align(torch.cat(utt.log_probs), tokens, rec.model.blank_id) if tokens else []
+        policy = rec.endpoint
+        if not tokens or not policy.drops_background_words:
+            return tokens, pieces, spans
+        heard = [level for chunk in utt.heard_db for level in chunk]  # (T',)
+        floor = [level for chunk in utt.floor_db for level in chunk]  # (T',)
+        drop = background_words(pieces, spans, heard, floor, policy.speaker_margin_db, policy.floor_margin_db)
+        return without_words(tokens, pieces, spans, drop) if any(drop) else (tokens, pieces, spans)
 
