@@ -129,8 +129,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"{endpoint.speaker_window_s:g}; 0: each frame by itself)")
     parser.add_argument("--endpoint-suppress-background", action=argparse.BooleanOptionalAction, default=None,
                         help=f"also read audio under the speaker's level and near the background's own floor as "
-                             f"silence in the search: the background's words are not emitted, a quieter sentence's "
-                             f"are (needs --endpoint-speaker-margin > 0; default "
+                             f"silence in the search, and drop from partials and finals a word far under the loudest "
+                             f"word of its utterance and near that floor: the background's words are not emitted, "
+                             f"a quieter sentence's are (needs --endpoint-speaker-margin > 0; default "
                              f"{'on' if endpoint.suppress_background else 'off'})")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
