@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-WORD_START = "\u2581"  # "▁": the piece starts a word (sentencepiece)
+from asr.lm.words import WORD_MARKER
 
 
 def word_groups(pieces: list[str]) -> list[list[int]]:
@@ -37,11 +37,11 @@ def word_groups(pieces: list[str]) -> list[list[int]]:
     current: list[int] = []
     has_text = False
     for index, piece in enumerate(pieces):
-        if piece.startswith(WORD_START) and has_text:
+        if piece.startswith(WORD_MARKER) and has_text:
             groups.append(current)
             current, has_text = [], False
         current.append(index)
-        has_text = has_text or bool(piece.lstrip(WORD_START))
+        has_text = has_text or bool(piece.lstrip(WORD_MARKER))
     if current:
         if has_text or not groups:
             groups.append(current)

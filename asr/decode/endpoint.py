@@ -265,10 +265,10 @@ class EndpointDetector:
         heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
         silent = []
         self.heard_db = heard.tolist()
-        for k, (is_blank, level, level_around) in enumerate(zip(blank, levels.tolist(), around.tolist())):
-            level_heard = self.heard_db[k]
+        for k, (is_blank, level, level_around, level_heard) in enumerate(
+                zip(blank, levels.tolist(), around.tolist(), self.heard_db)):
             if self.floor is not None and self.floor.level_db is not None:
-                self.floor_db[k] = self.floor.level_db
+                self.floor_db[k] = self.floor.level_db  # the floor this frame is judged against
             self.background.append(self._is_background(level_around))
             self.search_background.append(self._is_background(level_heard))  # implies background
             silent.append(is_blank or self.background[-1])

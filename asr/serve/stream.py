@@ -74,8 +74,8 @@ class _Utterance:
     start_frame: int  # encoder frame of its first frame, counted from its audio segment's start
     enc_out: list[torch.Tensor] = field(default_factory=list)  # (c, D) each, for rescoring
     log_probs: list[torch.Tensor] = field(default_factory=list)  # (c, V) each, for alignment
-    heard_db: list[list[float]] = field(default_factory=list)  # c each: the levels the search judged (NaN: unknown)
-    floor_db: list[list[float]] = field(default_factory=list)  # c each: the background's floor then (NaN: none)
+    heard_db: list[float] = field(default_factory=list)  # (T',) the levels the search judged (NaN: unknown)
+    floor_db: list[float] = field(default_factory=list)  # (T',) the background's floor then (NaN: none)
 
     @property
     def frames(self) -> int:
@@ -385,8 +385,8 @@ class Stream:
         self._levels.forget_before(first_frame - context)  # frames are read in order; a split's carry starts later
         log_probs = self._endpoint.suppressed(log_probs)
         kept = log_probs.size(0) if start is None else start
-        self._utt.heard_db.append(self._endpoint.heard_db[:kept])
-        self._utt.floor_db.append(self._endpoint.floor_db[:kept])
+        self._utt.heard_db += self._endpoint.heard_db[:kept]
+        self._utt.floor_db += self._endpoint.floor_db[:kept]
         if start is not None and start < log_probs.size(0):
             self._split = _Split(start, first_frame, enc_out[start:], log_probs[start:])
             enc_out, log_probs = enc_out[:start], log_probs[:start]
@@ -451,8 +451,7 @@ class Stream:
         policy = rec.endpoint
         if not tokens or not policy.drops_background_words:
             return tokens, pieces, spans
-        heard = [level for chunk in utt.heard_db for level in chunk]  # (T',)
-        floor = [level for chunk in utt.floor_db for level in chunk]  # (T',)
-        drop = background_words(pieces, spans, heard, floor, policy.speaker_margin_db, policy.floor_margin_db)
+        drop = background_words(pieces, spans, utt.heard_db, utt.floor_db, policy.speaker_margin_db,
+                                policy.floor_margin_db)
         return without_words(tokens, pieces, spans, drop) if any(drop) else (tokens, pieces, spans)
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asr.decode.background_words import word_groups
+from asr.lm.words import WORD_MARKER
+
 NEG_INF = float("-inf")
-WORD_START = "\u2581"  # "▁"
+WORD_START = WORD_MARKER  # "▁"
 
 
 @dataclass(frozen=True)
@@ -101,16 +104,10 @@ def word_times(
     if len(pieces) != len(spans):
         raise ValueError(f"{len(pieces)} pieces but {len(spans)} spans.")
     words: list[Word] = []
-    text, first, last = "", None, None
-    for piece, (a, b) in zip(pieces, spans):
-        if piece.startswith(WORD_START) and text:
+    for group in word_groups(pieces):
+        spelled = [i for i in group if pieces[i].lstrip(WORD_START)]  # a bare "▁" has no text and no time
+        if spelled:
+            text = "".join(pieces[i].lstrip(WORD_START) for i in spelled)
+            first, last = spans[spelled[0]][0], spans[spelled[-1]][1]
             words.append(Word(text, offset_s + first * frame_s, offset_s + last * frame_s))
-            text, first = "", None
-        body = piece.lstrip(WORD_START)
-        if body:
-            text += body
-            first = a if first is None else first
-            last = b
-    if text:
-        words.append(Word(text, offset_s + first * frame_s, offset_s + last * frame_s))
     return words
