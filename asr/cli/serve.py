@@ -133,6 +133,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"word of its utterance and near that floor: the background's words are not emitted, "
                              f"a quieter sentence's are (needs --endpoint-speaker-margin > 0; default "
                              f"{'on' if endpoint.suppress_background else 'off'})")
+    parser.add_argument("--endpoint-forget-background", action=argparse.BooleanOptionalAction,
+                        default=endpoint.forget_background,
+                        help=f"with suppression, restart the encoder after each chunk of background before an "
+                             f"utterance's first word, so talk before the speaker is not in the attention's left "
+                             f"context when they start (default {'on' if endpoint.forget_background else 'off'})")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
     # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.
@@ -190,6 +195,7 @@ def build_server(args: argparse.Namespace):
         endpoint=EndpointConfig(enabled=not args.no_endpoint, rules=default_rules(args.endpoint_silence),
                                 reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None,
                                 suppress_background=args.endpoint_suppress_background,
+                                forget_background=args.endpoint_forget_background,
                                 speaker_window_s=args.endpoint_speaker_window),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),

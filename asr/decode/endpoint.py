@@ -56,6 +56,11 @@ slowly; it lasts the stream): talk behind the speaker sets that floor itself and
 quieter sentence in a quiet room lies far over it. Both decisions, the endpoint rule's and the
 search's, take the floor.
 
+While an utterance has no word yet, a whole chunk the search judged background (every frame a certain blank)
+also restarts the stream's encoder and decoder (``EndpointConfig.forget_background``): a conformer that heard
+seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
+just before them, as a sentence alone does.
+
 Beside these frame-level decisions, a stream drops whole words of the background from its results
 (``EndpointConfig.drop_background_words``, :mod:`asr.decode.background_words`): a word far under the
 loudest word of its own utterance and near the floor. The detector keeps, per frame of its last advance,
@@ -112,6 +117,9 @@ def default_rules(trailing_silence_s: float = DEFAULT_TRAILING_SILENCE_S) -> tup
 
 DEFAULT_RULES = default_rules()
 ENDPOINT_RESETS = ("none", "cache", "cmn", "both")
+# An utterance's background is forgotten (``EndpointConfig.forget_background``) once at least this much of it was
+# heard: more than the VAD keeps before an onset (0.3 s), so a segment's own pad stays in the encoder's context.
+FORGET_AFTER_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,11 @@ class EndpointConfig:
     # dropped from the stream's partial and final results (asr.decode.background_words): the frame rule keeps
     # the background's words where the stream's speaker level is not set yet or a word's frames pass the margin.
     drop_background_words: bool = True
+    # With suppression, while an utterance has no word yet, a whole chunk the search judged background (once
+    # FORGET_AFTER_S of it was heard) restarts the encoder's caches and the decoder: the speaker's first words are then encoded without the background's talk in
+    # the attention's left context, as after a short lead-in (seconds of talk before a sentence cost its first
+    # words far more than a third of a second: data/results/robust.md). The endpoint's counts go on.
+    forget_background: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -163,6 +176,12 @@ class EndpointConfig:
         """Background words are dropped: the switch, with suppression, a speaker's level and a floor to judge by."""
         return (self.drop_background_words and self.suppress_background and self.speaker_margin_db is not None
                 and self.floor_margin_db is not None)
+
+    @property
+    def forgets_background(self) -> bool:
+        """Background-only chunks before an utterance's first word restart the encoder: the switch, with suppression
+        and a speaker's level to judge by."""
+        return self.forget_background and self.suppress_background and self.speaker_margin_db is not None
 
     @property
     def resets_cache(self) -> bool:

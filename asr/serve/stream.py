@@ -7,7 +7,8 @@ A stream's lifecycle is one :class:`~asr.serve.stream_state.StreamState` (decodi
 failed) that moves only as its table allows; the recognizer drives a stream through its public
 methods (``pull_audio``, ``has_chunk``, ``next_chunk``, ``take_step``, ``flush``, ...), never its fields.
 The stream reads what it shares with the other streams (model, options, features, endpoint rules, chunk
-geometry) from its owner, a :class:`StreamOwner`.
+geometry) from its owner, a :class:`~asr.serve.utterance.StreamOwner`; what it keeps of the utterance it decodes,
+and the results made from that, are an :class:`~asr.serve.utterance.Utterance`.
 
 Threads: ``accept_waveform`` and ``finish`` may be called from any thread; the rest from the thread that
 runs the recognizer's rounds.
@@ -18,68 +19,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
 
 import torch
 
-from asr.decode.background_words import background_words, without_words
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
-from asr.decode.endpoint import EndpointConfig, EndpointDetector
+from asr.decode.endpoint import FORGET_AFTER_S, EndpointDetector
 from asr.decode.hotwords import Biasing
 from asr.decode.levels import LevelTrack
-from asr.decode.options import DecodeOptions
-from asr.decode.rescoring import rescoring_scores
-from asr.lm.fusion import Fusion
 from asr.model.positions import TooLongForTable
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
 from asr.serve.result import Hypothesis, Result
-from asr.serve.timestamps import ctc_align, word_times
+from asr.serve.utterance import StreamOwner, Utterance
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.frontend import StreamingFrontend
-from asr.streaming.vad import SileroVad, Speech, SpeechEnd, SpeechSegmenter, VadConfig
+from asr.streaming.vad import Speech, SpeechEnd, SpeechSegmenter
 
 log = logging.getLogger(__name__)
-
-
-class StreamOwner(Protocol):
-    """What a stream reads from the recognizer that owns it (``MultiStreamRecognizer``)."""
-
-    model: Any  # AsrModel: encoder, blank_id, attention rescoring
-    tokenizer: Any  # decode(ids) -> str, id_to_piece(id) -> str
-    options: DecodeOptions
-    fusion: Fusion | None
-    endpoint: EndpointConfig
-    features: Any  # the model's fbank options (asr.data.features.FeatureConfig) or None
-    chunk_encoder: Any  # asr.serve.encoders: init_state, whole and last partial chunks
-    chunk_span: int  # feature frames behind one chunk (and its lookahead)
-    chunk_step: int  # feature frames a chunk moves on by
-    subsampling_rate: int
-    frame_s: float  # seconds per encoder frame
-    num_bins: int
-    vad: VadConfig | None
-    vad_model: SileroVad | None
-
-    @property
-    def device(self) -> torch.device: ...
-
-    def word_piece(self, token: int) -> str: ...
-
-
-@dataclass
-class _Utterance:
-    """What the decoder keeps of the current utterance (cleared by ``reset``)."""
-
-    start_frame: int  # encoder frame of its first frame, counted from its audio segment's start
-    enc_out: list[torch.Tensor] = field(default_factory=list)  # (c, D) each, for rescoring
-    log_probs: list[torch.Tensor] = field(default_factory=list)  # (c, V) each, for alignment
-    heard_db: list[float] = field(default_factory=list)  # (T',) the levels the search judged (NaN: unknown)
-    floor_db: list[float] = field(default_factory=list)  # (T',) the background's floor then (NaN: none)
-
-    @property
-    def frames(self) -> int:
-        return sum(x.size(0) for x in self.log_probs)
 
 
 @dataclass
@@ -121,7 +78,7 @@ class Stream:
                                            biasing.graph if biasing is not None else None)
         self._endpoint = EndpointDetector(recognizer.endpoint, recognizer.model.blank_id, recognizer.frame_s)
         self._levels = LevelTrack(round(recognizer.frame_s * SAMPLE_RATE))  # per segment frame, for the endpoint
-        self._utt = _Utterance(start_frame=0)
+        self._utt = Utterance(start_frame=0)
         self._split: _Split | None = None  # an endpoint's chunk past its split point, until reset()
         self._carry: _Split | None = None  # those frames waiting to start the next utterance (decode() takes them)
         # With a VAD: its speech pieces and segment ends wait here for the frontend; a segment end
@@ -135,6 +92,7 @@ class Stream:
         self._final: Result | None = None  # the utterance's final result while the state has one
         self.error: str | None = None  # why decoding this stream failed (state FAILED)
         self.new_frames = 0  # encoder frames decoded by the last decode() (partial result changed)
+        self.background_restarts = 0  # chunks of background before a word that restarted the encoder
 
     # ---- any thread ----------------------------------------------------------
 
@@ -194,7 +152,7 @@ class Stream:
         decode = self._rec.tokenizer.decode
         partial = self._search.nbest(complete=False)[:nbest]  # ranked as prefixes: the utterance goes on
         if self._rec.endpoint.drops_background_words:
-            partial = [(self._speakers_words(tokens)[0], score) for tokens, score in partial]
+            partial = [(self._utt.speakers_words(self._rec, tokens)[0], score) for tokens, score in partial]
         hyps = [Hypothesis(decode(tokens), tuple(tokens)) for tokens, _ in partial]
         return Result(hyps or [Hypothesis("", ())], False, self._utterance)
 
@@ -236,7 +194,7 @@ class Stream:
                 self._restart_encoder(start)
             if policy.resets_cmn:
                 self._queue.renormalize()
-        self._utt = _Utterance(start_frame=start)
+        self._utt = Utterance(start_frame=start)
 
     # ---- the recognizer's round (decoding thread) ------------------------------
 
@@ -296,6 +254,8 @@ class Stream:
         self.encoder_state = encoder_state
         try:
             self._consume(enc_out, log_probs, first)
+            if self._heard_only_background(log_probs.size(0)):
+                self._forget_background(first + log_probs.size(0))
         except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
             self.fail(err)
 
@@ -397,6 +357,27 @@ class Stream:
             self._final = self._final_result()
             self._move(StreamState.ENDPOINT)
 
+    def _heard_only_background(self, frames: int) -> bool:
+        """The chunk just consumed (``frames`` frames, no endpoint in it) was background in every frame the search
+        judged, the utterance has no word yet and is ``FORGET_AFTER_S`` long (``EndpointConfig.forgets_background``)."""
+        if not self._rec.endpoint.forgets_background or self._lifecycle is not StreamState.DECODING:
+            return False
+        if self._utt.frames * self._rec.frame_s < FORGET_AFTER_S - 1e-9:
+            return False
+        judged = self._endpoint.search_background
+        if self._split is not None or len(judged) != frames or not all(judged):
+            return False
+        best = self._search.nbest(complete=False)
+        return not best or not best[0][0]
+
+    def _forget_background(self, next_frame: int) -> None:
+        """Restart the encoder and the decoder at segment frame ``next_frame``: what they heard was the background's
+        (blanks for the search). The online CMN, the levels and the endpoint's counts go on."""
+        self._restart_encoder(next_frame)
+        self._search.reset()
+        self._utt = Utterance(start_frame=next_frame)
+        self.background_restarts += 1
+
     def _flush(self) -> None:
         """Encode the last partial chunk (end of the audio or of a VAD segment) and make the final result."""
         rec = self._rec
@@ -417,41 +398,6 @@ class Stream:
             self._move(StreamState.DONE)
 
     def _final_result(self) -> Result:
-        """Rescore the utterance's CTC n-best and time its words."""
-        rec, utt = self._rec, self._utt
-        origin = self._segment_start_s  # stream time of the audio segment's frame 0 (a VAD drops audio)
-        span = (origin + utt.start_frame * rec.frame_s, origin + (utt.start_frame + utt.frames) * rec.frame_s)
-        nbest = self._search.nbest()
-        if not nbest or utt.frames == 0:
-            return Result([Hypothesis("", ())], True, self._utterance, span)
-        if rec.model.decoder is not None:
-            enc_out = torch.cat(utt.enc_out)[None]  # (1, T', D)
-            opts = rec.options
-            scores = rescoring_scores(rec.model, enc_out, enc_out.size(1), nbest, opts.ctc_weight,
-                                      opts.reverse_weight, self._fusion, self.biasing.graph if self.biasing else None,
-                                      opts.hotword_rescore_weight)
-            order = scores.argsort(descending=True).tolist()
-            nbest = [nbest[i] for i in order]
-        log_probs = torch.cat(utt.log_probs)  # (T', V)
-        hyps = []
-        for tokens, _ in nbest:
-            tokens, pieces, spans = self._speakers_words(tokens, ctc_align(log_probs, tokens, rec.model.blank_id))
-            words = word_times(pieces, spans, rec.frame_s, span[0])
-            hyps.append(Hypothesis(rec.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
-        return Result(hyps, True, self._utterance, span)
-
-    def _speakers_words(self, tokens: list[int], spans: list[tuple[int, int]] | None = None
-                        ) -> tuple[list[int], list[str], list[tuple[int, int]]]:
-        """A hypothesis's U ``tokens`` without the background's words (``EndpointConfig.drops_background_words``),
-        with their pieces and frame spans (``spans``: the tokens' CTC alignment, made here when None)."""
-        rec, utt = self._rec, self._utt
-        pieces = [rec.word_piece(t) for t in tokens]
-        if spans is None:
-            spans = ctc_align(torch.cat(utt.log_probs), tokens, rec.model.blank_id) if tokens else []
-        policy = rec.endpoint
-        if not tokens or not policy.drops_background_words:
-            return tokens, pieces, spans
-        drop = background_words(pieces, spans, utt.heard_db, utt.floor_db, policy.speaker_margin_db,
-                                policy.floor_margin_db)
-        return without_words(tokens, pieces, spans, drop) if any(drop) else (tokens, pieces, spans)
-
+        """The utterance's final result: its n-best rescored, the words timed."""
+        return self._utt.final_result(self._rec, self._search.nbest(), self._fusion, self.biasing, self._utterance,
+                                      self._segment_start_s)

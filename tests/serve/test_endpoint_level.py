@@ -153,12 +153,18 @@ def test_a_stream_whose_recognizer_hears_words_in_the_background_still_ends_the_
     g = torch.Generator().manual_seed(1)
     wave = torch.cat([0.1 * torch.randn(int(1.2 * SAMPLE_RATE), generator=g),
                       0.01 * torch.randn(3 * SAMPLE_RATE, generator=g)])
-    rec, stream = _stream(model, tokenizer, [(1, 200)], EndpointConfig(reset="both", speaker_margin_db=margin))
-    got = run(rec, stream, wave)
-    assert len(got) == finals
-    if margin is not None:  # ended about 1 s after the speaker stopped: not inside the speech
-        assert 1.2 + 0.9 <= got[0].span[1] <= 1.2 + 1.3
-        assert math.isclose(got[1].span[0], got[0].span[1])
+    for forget in (True, False):
+        rec, stream = _stream(model, tokenizer, [(1, 200)],
+                              EndpointConfig(reset="both", speaker_margin_db=margin, forget_background=forget))
+        got = run(rec, stream, wave)
+        assert len(got) == finals
+        if margin is not None:  # ended about 1 s after the speaker stopped: not inside the speech
+            assert 1.2 + 0.9 <= got[0].span[1] <= 1.2 + 1.3
+            assert got[1].text == ""  # the talk's words are blanks for the search
+            if forget:  # chunks of talk after the endpoint restarted the encoder: the empty final starts later
+                assert stream.background_restarts > 0 and got[1].span[0] > got[0].span[1]
+            else:  # the next utterance starts where the last one ended
+                assert stream.background_restarts == 0 and math.isclose(got[1].span[0], got[0].span[1])
 
 
 @pytest.mark.parametrize("window_s,kept", [(0.0, 10), (0.28, 13)])

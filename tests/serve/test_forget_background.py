@@ -1,0 +1,71 @@
+"""Chunks of background before an utterance's first word restart the stream's encoder: the speaker's next sentence
+is encoded as by a stream that starts just before it, the talk before it out of the attention's reach; an utterance
+with words keeps its encoder, and the finals' words and times do not move."""
+
+import math
+
+import pytest
+import torch
+
+from asr.data.features import SAMPLE_RATE, FbankExtractor
+from asr.decode.endpoint import FORGET_AFTER_S, EndpointConfig
+from tests.serve.test_background_words import FLOOR, _audio, _word
+from tests.serve.test_endpoint_level import _stream
+from tests.serve.test_endpoint_reset import encoded, run
+
+# Per 40 ms frame: the speaker 24 dB over the talk for 1.2 s, the talk on its floor for 2.4 s (the recognizer reads
+# two words in it), the speaker again for 1.2 s, then 1.2 s of the talk, so an endpoint ends each sentence.
+LEVELS = [-16.0] * 30 + [FLOOR] * 60 + [-16.0] * 30 + [FLOOR] * 30
+SPEECH = [(2, 28), (40, 46), (60, 66), (92, 118)]  # what the scripted CTC head emits on (stream frames)
+
+
+def _run(model, tokenizer, forget):
+    rec, stream = _stream(model, tokenizer, SPEECH, EndpointConfig(reset="both", forget_background=forget))
+    seen = []  # per endpoint: (restarts so far, the utterance's first frame, its encoder frames (T', D))
+
+    def look(s):
+        if s.is_endpoint():
+            seen.append((s.background_restarts, s._utt.start_frame, torch.cat(s._utt.enc_out)))
+
+    wave = _audio(LEVELS)
+    finals = [f for f in run(rec, stream, wave, on_endpoint=look) if f.text]
+    return rec, stream, wave, finals, seen
+
+
+def test_the_talk_before_the_next_sentence_restarts_the_encoder_and_the_sentence_reads_as_from_a_fresh_stream(
+        model, tokenizer):
+    rec, stream, wave, finals, seen = _run(model, tokenizer, forget=True)
+    assert [[w.word for w in f.words] for f in finals] == [[_word(2, 28)], [_word(92, 118)]]
+    assert seen[0][:2] == (0, 0)  # the first sentence's utterance: no restart, from the stream's first frame
+    restarts, start, frames = next(x for x in seen if x[2].size(0) and x[1] > 30)
+    # After the first endpoint (frame 56) each FORGET_AFTER_S of talk, in whole chunks of 4 frames, restarted it
+    # (frames 72 and 88); the last restart lies before the speaker's onset (a chunk that hears it is not background)
+    # and at most that much and a chunk earlier.
+    after = math.ceil(FORGET_AFTER_S / rec.frame_s - 1e-9)
+    assert restarts == 2 and 92 - after - 4 <= start <= 92 and stream.background_restarts == restarts
+    assert finals[1].span[0] == pytest.approx(start * rec.frame_s)
+    # The sentence's encoder frames are those of an encoder that starts at the restart: the talk is out of reach.
+    want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
+    assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
+
+
+def test_without_it_the_words_and_their_times_are_the_same_and_the_encoder_runs_on(model, tokenizer):
+    rec, on_stream, wave, on, on_seen = _run(model, tokenizer, forget=True)
+    _, off_stream, _, off, seen = _run(model, tokenizer, forget=False)
+    assert off_stream.background_restarts == 0
+    assert [f.text for f in on] == [f.text for f in off]
+    times = [[t for w in f.words for t in (w.start, w.end)] for f in on]
+    assert times == [pytest.approx([t for w in f.words for t in (w.start, w.end)]) for f in off]
+    _, start, frames = next(x for x in seen if x[2].size(0) and x[1] > 30)
+    assert start < 92 - 2 * 4  # the utterance starts at the first endpoint's split point, in the talk
+    _, restart, _ = next(x for x in on_seen if x[2].size(0) and x[1] > 30)
+    fresh = encoded(rec.model, FbankExtractor()(wave)[restart * 4 :])  # an encoder that starts at the restart
+    heard = frames[restart - start :]
+    assert not torch.allclose(heard, fresh[: heard.size(0)], atol=1e-3)  # this one heard the talk
+
+
+@pytest.mark.parametrize("config", [EndpointConfig(suppress_background=False), EndpointConfig(speaker_margin_db=None),
+                                    EndpointConfig(forget_background=False)])
+def test_it_needs_suppression_and_a_speakers_level(config):
+    assert not config.forgets_background
+    assert EndpointConfig().forgets_background
