@@ -136,8 +136,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-forget-background", action=argparse.BooleanOptionalAction,
                         default=endpoint.forget_background,
                         help=f"with suppression, restart the encoder after each chunk of background before an "
-                             f"utterance's first word, so talk before the speaker is not in the attention's left "
-                             f"context when they start (default {'on' if endpoint.forget_background else 'off'})")
+                             f"utterance's first word, and at the chunk where someone louder than the talk a stream "
+                             f"started on begins, so talk before the speaker is not in the attention's left context "
+                             f"when they start (default {'on' if endpoint.forget_background else 'off'})")
     add_vad_arguments(parser, default="silero")
     # One thread: a chunk step is hundreds of small ops, where more threads cost more at their barriers than they
     # gain (scripts/bench_streaming.py); the streams' batching is the server's parallelism.

@@ -59,7 +59,9 @@ search's, take the floor.
 While an utterance has no word yet, a whole chunk the search judged background (every frame a certain blank)
 also restarts the stream's encoder and decoder (``EndpointConfig.forget_background``): a conformer that heard
 seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
-just before them, as a sentence alone does.
+just before them, as a sentence alone does. A stream that starts on talk takes it for the speaker until someone
+louder by the speaker's margin is heard; when every frame of the utterance before that chunk is background by the
+louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance.
 
 Beside these frame-level decisions, a stream drops whole words of the background from its results
 (``EndpointConfig.drop_background_words``, :mod:`asr.decode.background_words`): a word far under the
@@ -151,10 +153,13 @@ class EndpointConfig:
     # dropped from the stream's partial and final results (asr.decode.background_words): the frame rule keeps
     # the background's words where the stream's speaker level is not set yet or a word's frames pass the margin.
     drop_background_words: bool = True
-    # With suppression, while an utterance has no word yet, a whole chunk the search judged background (once
-    # FORGET_AFTER_S of it was heard) restarts the encoder's caches and the decoder: the speaker's first words are then encoded without the background's talk in
-    # the attention's left context, as after a short lead-in (seconds of talk before a sentence cost its first
-    # words far more than a third of a second: data/results/robust.md). The endpoint's counts go on.
+    # With suppression, the stream forgets the background before an utterance's first word: while the utterance
+    # has no word yet, a whole chunk the search judged background (once FORGET_AFTER_S of it was heard) restarts
+    # the encoder's caches and the decoder at the next chunk; and a chunk heard the speaker's margin over the
+    # speaker's level, when all of the utterance before it is background by that louder level (the stream started
+    # on talk), is encoded again from a fresh state. The speaker's first words are then encoded without the talk
+    # before them in the attention's left context, as after a short lead-in (seconds of talk before a sentence cost
+    # its words far more than a third of a second: data/results/robust.md). The endpoint's counts go on.
     forget_background: bool = True
 
     def __post_init__(self) -> None:

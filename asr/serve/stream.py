@@ -17,6 +17,7 @@ runs the recognizer's rounds.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -252,10 +253,15 @@ class Stream:
         first = self._encoder_frame()
         self._queue.drop(self._rec.chunk_step)  # the frames no later chunk needs
         self.encoder_state = encoder_state
+        speaker_db = self._endpoint.speaker.level_db if self._endpoint.speaker is not None else None
         try:
             self._consume(enc_out, log_probs, first)
             if self._heard_only_background(log_probs.size(0)):
                 self._forget_background(first + log_probs.size(0))
+            elif self._louder_talker_started(speaker_db, log_probs.size(0)):
+                self._queue.rewind(0)  # the chunk is encoded again, from a fresh state
+                self._endpoint.reset()
+                self._forget_background(first)
         except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
             self.fail(err)
 
@@ -369,6 +375,24 @@ class Stream:
             return False
         best = self._search.nbest(complete=False)
         return not best or not best[0][0]
+
+    def _louder_talker_started(self, speaker_db: float | None, frames: int) -> bool:
+        """The chunk just consumed (``frames`` frames, no endpoint in it) is heard more than the speaker's margin over
+        the speaker's level before it (``speaker_db``), and every frame of the utterance before it is background by
+        that louder level: the talk the stream started on was not the speaker (``EndpointConfig.forget_background``).
+        """
+        policy = self._rec.endpoint
+        if not policy.forgets_background or self._lifecycle is not StreamState.DECODING or self._split is not None:
+            return False
+        heard = self._utt.heard_db
+        loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)
+        if speaker_db is None or loudest is None or loudest < speaker_db + policy.speaker_margin_db:
+            return False
+        under = loudest - policy.speaker_margin_db
+        near = policy.floor_margin_db if policy.floor_margin_db is not None else math.inf
+        before = zip(heard[:-frames], self._utt.floor_db[:-frames])
+        # An unknown level (NaN) is not background; a frame before the floor is known is judged by the level alone.
+        return len(heard) > frames and all(h < under and not h >= f + near for h, f in before)
 
     def _forget_background(self, next_frame: int) -> None:
         """Restart the encoder and the decoder at segment frame ``next_frame``: what they heard was the background's

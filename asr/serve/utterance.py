@@ -80,7 +80,8 @@ class Utterance:
 
         ``origin_s``: stream time of the audio segment's frame 0 (a VAD drops audio between segments).
         """
-        span = (origin_s + self.start_frame * owner.frame_s, origin_s + (self.start_frame + self.frames) * owner.frame_s)
+        span = (origin_s + self.start_frame * owner.frame_s,
+                origin_s + (self.start_frame + self.frames) * owner.frame_s)
         if not nbest or self.frames == 0:
             return Result([Hypothesis("", ())], True, index, span)
         if owner.model.decoder is not None:
@@ -94,7 +95,8 @@ class Utterance:
         log_probs = torch.cat(self.log_probs)  # (T', V)
         hyps = []
         for tokens, _ in nbest:
-            tokens, pieces, spans = self.speakers_words(owner, tokens, ctc_align(log_probs, tokens, owner.model.blank_id))
+            spans = ctc_align(log_probs, tokens, owner.model.blank_id)
+            tokens, pieces, spans = self.speakers_words(owner, tokens, spans)
             words = word_times(pieces, spans, owner.frame_s, span[0])
             hyps.append(Hypothesis(owner.tokenizer.decode(tokens), tuple(tokens), tuple(words)))
         return Result(hyps, True, index, span)

@@ -69,3 +69,35 @@ def test_without_it_the_words_and_their_times_are_the_same_and_the_encoder_runs_
 def test_it_needs_suppression_and_a_speakers_level(config):
     assert not config.forgets_background
     assert EndpointConfig().forgets_background
+
+
+def test_a_talker_louder_by_the_margin_restarts_the_encoder_at_its_chunk(model, tokenizer):
+    """The stream starts on talk whose word (frames 12-18) sets the speaker's level; 24 dB over it the speaker
+    starts at frame 30. Everything before that chunk is background by the new level: the chunk is encoded again from
+    a fresh state, and the talk's word leaves the final with the frames before."""
+    levels = [FLOOR] * 12 + [FLOOR + 4.0] * 6 + [FLOOR] * 12 + [-16.0] * 30 + [FLOOR] * 30
+    wave = _audio(levels)
+    for forget in (True, False):
+        rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)],
+                              EndpointConfig(reset="both", forget_background=forget, drop_background_words=False))
+        seen = []
+        finals = [f for f in run(rec, stream, wave, on_endpoint=lambda s: s.is_endpoint() and seen.append(
+            (s._utt.start_frame, torch.cat(s._utt.enc_out)))) if f.text]
+        if not forget:  # the word rule is off: the talk's word stays, and the encoder ran on from the stream's start
+            assert [w.word for w in finals[0].words] == [_word(12, 18), _word(32, 58)] and seen[0][0] == 0
+            continue
+        assert [w.word for w in finals[0].words] == [_word(32, 58)] and stream.background_restarts == 1
+        start, frames = seen[0]
+        assert start == 28 and finals[0].span[0] == pytest.approx(28 * rec.frame_s)  # the chunk of frames 28-31
+        want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
+        assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
+
+
+def test_a_quieter_sentence_of_the_speaker_before_a_louder_one_is_not_forgotten(model, tokenizer):
+    """The same levels in a quiet room: the first sentence lies 20 dB under the second but far over the room's floor,
+    so it is the speaker's: both stay, encoded by one encoder."""
+    room = -70.0
+    levels = [room] * 12 + [-36.0] * 6 + [room] * 12 + [-16.0] * 30 + [room] * 30
+    rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)], EndpointConfig(reset="both"))
+    finals = [f for f in run(rec, stream, _audio(levels)) if f.text]
+    assert [w.word for w in finals[0].words] == [_word(12, 18), _word(32, 58)] and stream.background_restarts == 0
