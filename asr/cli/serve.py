@@ -133,6 +133,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"word of its utterance and near that floor: the background's words are not emitted, "
                              f"a quieter sentence's are (needs --endpoint-speaker-margin > 0; default "
                              f"{'on' if endpoint.suppress_background else 'off'})")
+    parser.add_argument("--endpoint-absence", type=float, default=endpoint.absence_s, metavar="S",
+                        help=f"this long a run of audio under the speaker's level and near the background's floor ends "
+                             f"an utterance, as the VAD's silence does when no one talks behind the speaker (default "
+                             f"{endpoint.absence_s:g}; 0: off)")
     parser.add_argument("--endpoint-forget-background", action=argparse.BooleanOptionalAction,
                         default=endpoint.forget_background,
                         help=f"with suppression, restart the encoder after each chunk of background before an "
@@ -162,6 +166,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.endpoint_speaker_margin < float("inf") or not 0 <= args.endpoint_speaker_window < float("inf"):
         parser.error(f"--endpoint-speaker-margin ({args.endpoint_speaker_margin}) and --endpoint-speaker-window "
                      f"({args.endpoint_speaker_window}) must be finite numbers >= 0")
+    if not 0 <= args.endpoint_absence < float("inf"):
+        parser.error(f"--endpoint-absence ({args.endpoint_absence}) must be a finite number >= 0")
     if args.endpoint_suppress_background and not args.endpoint_speaker_margin:
         parser.error("--endpoint-suppress-background needs --endpoint-speaker-margin > 0 (the speaker's level)")
     if args.endpoint_suppress_background is None:  # the default, and nothing to suppress without a speaker's level
@@ -197,6 +203,7 @@ def build_server(args: argparse.Namespace):
                                 reset=args.endpoint_reset, speaker_margin_db=args.endpoint_speaker_margin or None,
                                 suppress_background=args.endpoint_suppress_background,
                                 forget_background=args.endpoint_forget_background,
+                                absence_s=args.endpoint_absence or None,
                                 speaker_window_s=args.endpoint_speaker_window),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),

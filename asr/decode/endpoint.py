@@ -56,6 +56,11 @@ slowly; it lasts the stream): talk behind the speaker sets that floor itself and
 quieter sentence in a quiet room lies far over it. Both decisions, the endpoint rule's and the
 search's, take the floor.
 
+The speaker's absence (``EndpointConfig.absence_s``): with talk behind the speaker the VAD hears speech all the
+time, so only the 1 s rule could end an utterance, and a pause shorter than that fuses two sentences. A run of
+``absence_s`` (0.3 s, the VAD's own silence) of frames under the speaker's margin and near the floor, each judged
+over the narrower ``absence_window_s``, ends the utterance as the VAD's silence would.
+
 While an utterance has no word yet, a whole chunk the search judged background (every frame a certain blank)
 also restarts the stream's encoder and decoder (``EndpointConfig.forget_background``): a conformer that heard
 seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
@@ -161,6 +166,13 @@ class EndpointConfig:
     # before them in the attention's left context, as after a short lead-in (seconds of talk before a sentence cost
     # its words far more than a third of a second: data/results/robust.md). The endpoint's counts go on.
     forget_background: bool = True
+    # The speaker's absence ends an utterance as the VAD's silence does (its min_silence_s): this long a run of frames
+    # under the speaker's margin and near the floor, each judged over ``absence_window_s`` (None: off). The 1 s rule
+    # cannot end a shorter pause when talk behind the speaker keeps the VAD open; the window is narrower than
+    # ``speaker_window_s`` so that a pause of 0.4 s has 0.3 s of frames out of its sentences' reach, and wide
+    # enough that a word's own quiet consonants stay the speaker's.
+    absence_s: float | None = 0.3
+    absence_window_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0.0 < self.blank_threshold < 1.0:
@@ -173,6 +185,9 @@ class EndpointConfig:
         if (self.floor_margin_db is not None and self.floor_margin_db < 0) or not 0 < self.floor_rise_db_s < math.inf:
             raise ValueError(f"floor_margin_db ({self.floor_margin_db}) must be >= 0 or None and floor_rise_db_s "
                              f"({self.floor_rise_db_s}) a finite number > 0.")
+        if (self.absence_s is not None and not 0 < self.absence_s < math.inf) or not 0 <= self.absence_window_s < math.inf:
+            raise ValueError(f"absence_s ({self.absence_s}) must be a finite number of seconds > 0 or None and "
+                             f"absence_window_s ({self.absence_window_s}) one >= 0.")
         if self.reset not in ENDPOINT_RESETS:
             raise ValueError(f"endpoint reset {self.reset!r} is not one of {', '.join(ENDPOINT_RESETS)}.")
 
@@ -187,6 +202,11 @@ class EndpointConfig:
         """Background-only chunks before an utterance's first word restart the encoder: the switch, with suppression
         and a speaker's level to judge by."""
         return self.forget_background and self.suppress_background and self.speaker_margin_db is not None
+
+    @property
+    def ends_at_absence(self) -> bool:
+        """The speaker's absence ends an utterance: the rule's length, a speaker's level and a floor to judge by."""
+        return self.absence_s is not None and self.speaker_margin_db is not None and self.floor_margin_db is not None
 
     @property
     def resets_cache(self) -> bool:
@@ -219,13 +239,16 @@ class EndpointDetector:
                       if self.speaker is not None and config.floor_margin_db is not None else None)  # so does this
         # Frames either side of a frame whose levels judge it (the levels a caller passes as ``earlier_db``).
         self.context_frames = int(config.speaker_window_s / (2 * frame_s) + 1e-9)
+        self.absence_frames = int(config.absence_window_s / (2 * frame_s) + 1e-9)  # each side, for the absence rule
         self.reset()
 
     def reset(self) -> None:
         """A new utterance: no frames, no speech."""
         self.frames = 0
         self.trailing_silence_frames = 0
+        self.trailing_absence_frames = 0  # frames the speaker has been absent for (the absence rule)
         self.speech_seen = False
+        self.absent: list[bool] = []  # per frame of the last advance: the speaker absent (under the absence window)
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
         self.search_background: list[bool] = []  # and so is the rest of its chunk: a certain blank for the search
         self.heard_db: list[float] = []  # per frame of the last advance: the level the search judged (NaN: unknown)
@@ -235,8 +258,8 @@ class EndpointDetector:
                 earlier_db: torch.Tensor | None = None) -> None:
         """Consume (t, V) CTC log-probabilities of the next t frames (and their levels, when known: see
         :meth:`advance_to_endpoint`)."""
-        for is_silent in self._silent(log_probs, levels_db, earlier_db):
-            self._count(is_silent)
+        for is_silent, is_absent in zip(self._silent(log_probs, levels_db, earlier_db), self.absent):
+            self._count(is_silent, is_absent)
 
     def advance_to_endpoint(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None = None,
                             earlier_db: torch.Tensor | None = None) -> int | None:
@@ -252,8 +275,9 @@ class EndpointDetector:
         (the silence before the new speech and its onset) are the next utterance's.
         """
         silent = self._silent(log_probs, levels_db, earlier_db)
+        absent = self.absent
         for fired, is_silent in enumerate(silent):
-            self._count(is_silent)
+            self._count(is_silent, absent[fired])
             if self.is_endpoint():
                 break
         else:
@@ -263,8 +287,8 @@ class EndpointDetector:
         start = len(silent)
         if pause is not None and not all(silent[pause + 1 :]):
             start = pause + 1
-        for is_silent in silent[fired + 1 : start]:
-            self._count(is_silent)
+        for is_silent, is_absent in zip(silent[fired + 1 : start], absent[fired + 1 : start]):
+            self._count(is_silent, is_absent)
         return start
 
     def _silent(self, log_probs: torch.Tensor, levels_db: torch.Tensor | None,
@@ -277,6 +301,7 @@ class EndpointDetector:
         blank = (log_probs[:, self.blank_id] > self._log_threshold).tolist()
         self.background, self.search_background = [], []
         self.heard_db, self.floor_db = [math.nan] * len(blank), [math.nan] * len(blank)
+        self.absent = [False] * len(blank)
         if self.speaker is None or levels_db is None:
             return blank
         if levels_db.shape != (log_probs.size(0),):
@@ -287,12 +312,15 @@ class EndpointDetector:
         earlier = earlier_db.double().numpy() if earlier_db is not None else np.zeros(0)
         around = surrounding_levels(levels, earlier, self.context_frames)
         heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
+        nearby = surrounding_levels(levels, earlier, self.absence_frames).tolist()  # the absence rule's window
         silent = []
         self.heard_db = heard.tolist()
         for k, (is_blank, level, level_around, level_heard) in enumerate(
                 zip(blank, levels.tolist(), around.tolist(), self.heard_db)):
             if self.floor is not None and self.floor.level_db is not None:
                 self.floor_db[k] = self.floor.level_db  # the floor this frame is judged against
+            if self.config.ends_at_absence:
+                self.absent[k] = self._is_background(nearby[k])
             self.background.append(self._is_background(level_around))
             self.search_background.append(self._is_background(level_heard))  # implies background
             silent.append(is_blank or self.background[-1])
@@ -320,12 +348,13 @@ class EndpointDetector:
         blank[self.blank_id] = 0.0
         return torch.where(mask[:, None], blank, log_probs)
 
-    def _count(self, is_silent: bool) -> None:
+    def _count(self, is_silent: bool, is_absent: bool = False) -> None:
         if is_silent:
             self.trailing_silence_frames += 1
         else:
             self.trailing_silence_frames = 0
             self.speech_seen = True
+        self.trailing_absence_frames = self.trailing_absence_frames + 1 if is_absent else 0
         self.frames += 1
 
     def is_endpoint(self) -> bool:
@@ -333,4 +362,8 @@ class EndpointDetector:
             return False
         trailing = self.trailing_silence_frames * self.frame_s
         length = self.frames * self.frame_s
-        return any(rule.fires(self.speech_seen, trailing, length) for rule in self.config.rules)
+        if any(rule.fires(self.speech_seen, trailing, length) for rule in self.config.rules):
+            return True
+        absence = self.config.absence_s
+        return (self.config.ends_at_absence and self.speech_seen
+                and self.trailing_absence_frames * self.frame_s >= absence - 1e-9)

@@ -97,13 +97,16 @@ def _chunked(d, log_probs, levels, chunk=4):
 @pytest.mark.parametrize("under_db,ends", [(20.0, True), (16.0, True), (10.0, False)])
 def test_talk_under_the_speaker_ends_the_utterance_at_a_stated_level(under_db, ends):
     log_probs, levels = _speech_then_background(50, 60, -20.0 - under_db)
-    d = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    d = EndpointDetector(EndpointConfig(absence_s=None), BLANK, frame_s=0.04)  # the 1 s rule alone
     ended = _chunked(d, log_probs, levels)
+    absence = _chunked(EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04), log_probs, levels)
     if ends:  # in the chunk where one second (25 frames) of background is full, from the first frame whose
         # window no longer reaches the speaker's last frame
         assert d.context_frames == 3 and ended is not None and 50 + 3 + 25 <= ended <= 50 + 3 + 25 + 3
+        # and with the absence rule's 0.3 s (its window: 2 frames either side), sooner
+        assert absence is not None and 50 + 2 + 7 <= absence <= 50 + 2 + 8 + 3
     else:  # 10 dB under: it may be the speaker; the recognizer's words keep the utterance open
-        assert ended is None
+        assert ended is None and absence is None
     blind = EndpointDetector(EndpointConfig(speaker_margin_db=None), BLANK, frame_s=0.04)
     assert _chunked(blind, log_probs, levels) is None  # the recognizer alone never ends it
 
@@ -155,7 +158,8 @@ def test_a_stream_whose_recognizer_hears_words_in_the_background_still_ends_the_
                       0.01 * torch.randn(3 * SAMPLE_RATE, generator=g)])
     for forget in (True, False):
         rec, stream = _stream(model, tokenizer, [(1, 200)],
-                              EndpointConfig(reset="both", speaker_margin_db=margin, forget_background=forget))
+                              EndpointConfig(reset="both", speaker_margin_db=margin, forget_background=forget,
+                                             absence_s=None))  # the 1 s rule (the absence rule: its own test)
         got = run(rec, stream, wave)
         assert len(got) == finals
         if margin is not None:  # ended about 1 s after the speaker stopped: not inside the speech
@@ -182,3 +186,23 @@ def test_suppressing_the_background_blanks_only_the_frames_under_the_speaker(win
     assert torch.all(out[kept:].argmax(dim=1) == BLANK) and torch.all(out[kept:, BLANK] == 0.0)
     on.advance(log_probs[:3])  # no levels: nothing is background, nothing suppressed
     assert torch.equal(on.suppressed(log_probs[:3]), log_probs[:3])
+
+
+@pytest.mark.parametrize("pause_s,ends", [(0.5, True), (0.2, False)])
+def test_the_speakers_absence_ends_a_pause_the_1_s_rule_cannot(pause_s, ends):
+    """The recognizer emits on every frame (talk behind the speaker keeps it and the VAD busy); the speaker pauses at
+    the talk's level, 20 dB under. 0.3 s of absence, each frame judged over 0.2 s, ends a 0.5 s pause; a 0.2 s one
+    (a word's gap) leaves nothing out of the window's reach."""
+    pause = round(pause_s / 0.04)
+    levels = torch.tensor([-20.0] * 50 + [-40.0] * pause + [-20.0] * 50, dtype=torch.float64)
+    log_probs = frames("1" * levels.numel())
+    d = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    ended = _chunked(d, log_probs, levels)
+    if ends:  # inside the pause, once 0.3 s of it lies 2 frames (half the window) past the speech
+        assert d.absence_frames == 2 and ended is not None and 50 + 2 + 7 <= ended <= 50 + pause
+    else:
+        assert ended is None
+    off = EndpointDetector(EndpointConfig(absence_s=None), BLANK, frame_s=0.04)
+    assert _chunked(off, log_probs, levels) is None  # the 1 s rule alone: the sentences fuse
+    with pytest.raises(ValueError, match="absence_s"):
+        EndpointConfig(absence_s=0.0)

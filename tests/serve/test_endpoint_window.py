@@ -116,8 +116,10 @@ def test_the_server_options_and_their_checks(capsys):
     assert parse_args(base + ["--endpoint-speaker-margin", "0"]).endpoint_suppress_background is False
     assert args.endpoint_forget_background is default.forget_background is True
     assert parse_args(base + ["--no-endpoint-forget-background"]).endpoint_forget_background is False
+    assert args.endpoint_absence == default.absence_s and parse_args(base + ["--endpoint-absence", "0"]).endpoint_absence == 0
     for bad, says in ((["--endpoint-speaker-window", "-0.1"], "--endpoint-speaker-window"),
                       (["--endpoint-speaker-margin", "-3"], "--endpoint-speaker-margin"),
+                      (["--endpoint-absence", "-1"], "--endpoint-absence"),
                       (["--endpoint-speaker-margin", "0", "--endpoint-suppress-background"], "needs")):
         with pytest.raises(SystemExit):
             parse_args(base + bad)

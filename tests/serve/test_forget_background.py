@@ -20,7 +20,9 @@ SPEECH = [(2, 28), (40, 46), (60, 66), (92, 118)]  # what the scripted CTC head 
 
 
 def _run(model, tokenizer, forget):
-    rec, stream = _stream(model, tokenizer, SPEECH, EndpointConfig(reset="both", forget_background=forget))
+    # The 1 s rule ends the first sentence at frame 56 (the absence rule, sooner: its own test)
+    rec, stream = _stream(model, tokenizer, SPEECH, EndpointConfig(reset="both", forget_background=forget,
+                                                                   absence_s=None))
     seen = []  # per endpoint: (restarts so far, the utterance's first frame, its encoder frames (T', D))
 
     def look(s):
@@ -79,7 +81,8 @@ def test_a_talker_louder_by_the_margin_restarts_the_encoder_at_its_chunk(model, 
     wave = _audio(levels)
     for forget in (True, False):
         rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)],
-                              EndpointConfig(reset="both", forget_background=forget, drop_background_words=False))
+                              EndpointConfig(reset="both", forget_background=forget, drop_background_words=False,
+                                             absence_s=None))
         seen = []
         finals = [f for f in run(rec, stream, wave, on_endpoint=lambda s: s.is_endpoint() and seen.append(
             (s._utt.start_frame, torch.cat(s._utt.enc_out)))) if f.text]
@@ -98,6 +101,7 @@ def test_a_quieter_sentence_of_the_speaker_before_a_louder_one_is_not_forgotten(
     so it is the speaker's: both stay, encoded by one encoder."""
     room = -70.0
     levels = [room] * 12 + [-36.0] * 6 + [room] * 12 + [-16.0] * 30 + [room] * 30
-    rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)], EndpointConfig(reset="both"))
+    # One utterance holds both (the absence rule would end it in the pause: its own test)
+    rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)], EndpointConfig(reset="both", absence_s=None))
     finals = [f for f in run(rec, stream, _audio(levels)) if f.text]
     assert [w.word for w in finals[0].words] == [_word(12, 18), _word(32, 58)] and stream.background_restarts == 0
