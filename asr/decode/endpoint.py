@@ -248,6 +248,7 @@ class EndpointDetector:
         self.trailing_silence_frames = 0
         self.trailing_absence_frames = 0  # frames the speaker has been absent for (the absence rule)
         self.speech_seen = False
+        self.speaker_heard = False  # a speech frame the speaker was not absent on (the absence rule needs one)
         self.absent: list[bool] = []  # per frame of the last advance: the speaker absent (under the absence window)
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
         self.search_background: list[bool] = []  # and so is the rest of its chunk: a certain blank for the search
@@ -355,6 +356,7 @@ class EndpointDetector:
             self.trailing_silence_frames = 0
             self.speech_seen = True
         self.trailing_absence_frames = self.trailing_absence_frames + 1 if is_absent else 0
+        self.speaker_heard = self.speaker_heard or not (is_silent or is_absent)
         self.frames += 1
 
     def is_endpoint(self) -> bool:
@@ -365,5 +367,5 @@ class EndpointDetector:
         if any(rule.fires(self.speech_seen, trailing, length) for rule in self.config.rules):
             return True
         absence = self.config.absence_s
-        return (self.config.ends_at_absence and self.speech_seen
+        return (self.config.ends_at_absence and self.speaker_heard
                 and self.trailing_absence_frames * self.frame_s >= absence - 1e-9)

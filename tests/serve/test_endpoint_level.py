@@ -206,3 +206,15 @@ def test_the_speakers_absence_ends_a_pause_the_1_s_rule_cannot(pause_s, ends):
     assert _chunked(off, log_probs, levels) is None  # the 1 s rule alone: the sentences fuse
     with pytest.raises(ValueError, match="absence_s"):
         EndpointConfig(absence_s=0.0)
+
+
+def test_the_absence_rule_waits_for_the_speaker():
+    """After an endpoint, an utterance of talk alone (emitted on, 20 dB under the speaker, on its floor) is not ended
+    by the speaker's absence: no empty final for every pause in the talk."""
+    d = EndpointDetector(EndpointConfig(), BLANK, frame_s=0.04)
+    d.advance(*_speech_then_background(20, 20, -40.0))  # the speaker's level and the talk's floor
+    d.reset()
+    d.advance(frames("1" * 40), torch.full((40,), -40.0, dtype=torch.float64))
+    assert d.trailing_absence_frames == 40 and not d.speaker_heard and not d.is_endpoint()
+    d.advance(frames("1" * 10 + "0" * 10), torch.tensor([-20.0] * 10 + [-40.0] * 10, dtype=torch.float64))
+    assert d.speaker_heard and d.is_endpoint()  # the speaker spoke, then 0.3 s of absence
