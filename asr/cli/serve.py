@@ -43,6 +43,12 @@ the end of each speech segment (--vad-min-silence of non-speech) is an endpoint.
 the online CMN's running mean, both, or none (they carry over); --endpoint-silence is the
 silence after speech that ends an utterance.
 
+Talk behind the speaker (a television, colleagues) keeps the VAD open. Audio --endpoint-speaker-margin
+dB under the speaker's level and near the background's floor is then the background: it ends an
+utterance like silence (--endpoint-absence of it ends a pause as the VAD would), its words are
+neither decoded nor kept (--endpoint-suppress-background), and before the speaker's next word it
+leaves the encoder's caches (--endpoint-forget-background).
+
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
 time; the last partial chunk of a stream, CTC and rescoring stay eager.
