@@ -313,14 +313,15 @@ class EndpointDetector:
         earlier = earlier_db.double().numpy() if earlier_db is not None else np.zeros(0)
         around = surrounding_levels(levels, earlier, self.context_frames)
         heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
-        nearby = surrounding_levels(levels, earlier, self.absence_frames).tolist()  # the absence rule's window
+        absence = self.config.ends_at_absence
+        nearby = surrounding_levels(levels, earlier, self.absence_frames).tolist() if absence else []  # its window
         silent = []
         self.heard_db = heard.tolist()
         for k, (is_blank, level, level_around, level_heard) in enumerate(
                 zip(blank, levels.tolist(), around.tolist(), self.heard_db)):
             if self.floor is not None and self.floor.level_db is not None:
                 self.floor_db[k] = self.floor.level_db  # the floor this frame is judged against
-            if self.config.ends_at_absence:
+            if absence:
                 self.absent[k] = self._is_background(nearby[k])
             self.background.append(self._is_background(level_around))
             self.search_background.append(self._is_background(level_heard))  # implies background

@@ -50,7 +50,6 @@ from asr.data.features import DB_PER_NEPER, FRAME_SHIFT_S
 from asr.model.normalization import decaying_peak
 
 
-
 @dataclass(frozen=True)
 class PauseRule:
     """When a pause ends an utterance (see the module docstring).

@@ -48,11 +48,11 @@ import torch
 from asr.decode.hotwords import Biasing, HotwordCompiler, as_entries
 from asr.decode.options import DecodeOptions
 from asr.lm.fusion import Fusion
+from asr.lm.words import WORD_MARKER
 from asr.serve.counters import BatchSizeHistogram
 from asr.serve.encoders import EagerChunkEncoder
 from asr.decode.endpoint import EndpointConfig
 from asr.serve.stream import Stream
-from asr.serve.timestamps import WORD_START
 from asr.data.features import FRAME_SHIFT_S, SAMPLE_RATE
 from asr.streaming.vad import SileroVad, VadConfig
 
@@ -234,6 +234,6 @@ class MultiStreamRecognizer:
     def word_piece(self, token: int) -> str:
         """The token's piece for word grouping; "" for specials the tokenizer leaves out of text (<unk>)."""
         piece = self.tokenizer.id_to_piece(token)
-        if piece.strip(WORD_START) and not self.tokenizer.decode([token]):
+        if piece.strip(WORD_MARKER) and not self.tokenizer.decode([token]):
             return ""
         return piece

@@ -256,12 +256,14 @@ class Stream:
         speaker_db = self._endpoint.speaker.level_db if self._endpoint.speaker is not None else None
         try:
             self._consume(enc_out, log_probs, first)
-            if self._heard_only_background(log_probs.size(0)):
-                self._forget_background(first + log_probs.size(0))
-            elif self._louder_talker_started(speaker_db, log_probs.size(0)):
-                self._queue.rewind(0)  # the chunk is encoded again, from a fresh state
-                self._endpoint.reset()
-                self._forget_background(first)
+            if self._may_forget():
+                frames = log_probs.size(0)
+                if self._heard_only_background(frames):
+                    self._forget_background(first + frames)
+                elif self._louder_talker_started(speaker_db, frames):
+                    self._queue.rewind(0)  # the chunk is encoded again, from a fresh state
+                    self._endpoint.reset()
+                    self._forget_background(first)
         except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
             self.fail(err)
 
@@ -363,27 +365,28 @@ class Stream:
             self._final = self._final_result()
             self._move(StreamState.ENDPOINT)
 
+    def _may_forget(self) -> bool:
+        """The chunk just consumed ended no utterance, and the stream forgets the background
+        (``EndpointConfig.forgets_background``)."""
+        return (self._rec.endpoint.forgets_background and self._lifecycle is StreamState.DECODING
+                and self._split is None)
+
     def _heard_only_background(self, frames: int) -> bool:
-        """The chunk just consumed (``frames`` frames, no endpoint in it) was background in every frame the search
-        judged, the utterance has no word yet and is ``FORGET_AFTER_S`` long (``EndpointConfig.forgets_background``)."""
-        if not self._rec.endpoint.forgets_background or self._lifecycle is not StreamState.DECODING:
-            return False
+        """The chunk just consumed (``frames`` frames) was background in every frame the search judged, and the
+        utterance has no word yet and is ``FORGET_AFTER_S`` long."""
         if self._utt.frames * self._rec.frame_s < FORGET_AFTER_S - 1e-9:
             return False
         judged = self._endpoint.search_background
-        if self._split is not None or len(judged) != frames or not all(judged):
+        if len(judged) != frames or not all(judged):
             return False
         best = self._search.nbest(complete=False)
         return not best or not best[0][0]
 
     def _louder_talker_started(self, speaker_db: float | None, frames: int) -> bool:
-        """The chunk just consumed (``frames`` frames, no endpoint in it) is heard more than the speaker's margin over
-        the speaker's level before it (``speaker_db``), and every frame of the utterance before it is background by
-        that louder level: the talk the stream started on was not the speaker (``EndpointConfig.forget_background``).
-        """
+        """The chunk just consumed (``frames`` frames) is heard more than the speaker's margin over the speaker's level
+        before it (``speaker_db``), and every frame of the utterance before it is background by that louder level:
+        the talk the stream started on was not the speaker."""
         policy = self._rec.endpoint
-        if not policy.forgets_background or self._lifecycle is not StreamState.DECODING or self._split is not None:
-            return False
         heard = self._utt.heard_db
         loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)
         if speaker_db is None or loudest is None or loudest < speaker_db + policy.speaker_margin_db:

@@ -20,7 +20,6 @@ from asr.decode.background_words import word_groups
 from asr.lm.words import WORD_MARKER
 
 NEG_INF = float("-inf")
-WORD_START = WORD_MARKER  # "▁"
 
 
 @dataclass(frozen=True)
@@ -105,9 +104,9 @@ def word_times(
         raise ValueError(f"{len(pieces)} pieces but {len(spans)} spans.")
     words: list[Word] = []
     for group in word_groups(pieces):
-        spelled = [i for i in group if pieces[i].lstrip(WORD_START)]  # a bare "▁" has no text and no time
+        spelled = [i for i in group if pieces[i].lstrip(WORD_MARKER)]  # a bare "▁" has no text and no time
         if spelled:
-            text = "".join(pieces[i].lstrip(WORD_START) for i in spelled)
+            text = "".join(pieces[i].lstrip(WORD_MARKER) for i in spelled)
             first, last = spans[spelled[0]][0], spans[spelled[-1]][1]
             words.append(Word(text, offset_s + first * frame_s, offset_s + last * frame_s))
     return words
