@@ -28,6 +28,7 @@ from asr.synth.corpus import SynthConfig, build_synth_corpus  # isort: skip
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # isort: skip
 from asr.synth.capture import CAPTURE_SOURCES, build_capture_split, capture_file  # isort: skip
 from asr.synth.probes import DEV_PROBE_FILE, PROBE_FILE, build_probe_set
+from asr.synth.noise_bank import NOISE_BANK_MANIFEST, build_noise_bank
 from asr.synth.xengine import INSTALL_HINT, XENGINE_SOURCES, build_xengine_split, flite_path, xengine_file
 
 CORPORA = ("synth", *IMPORTERS)
@@ -188,6 +189,10 @@ def prepare_corpus(args: PrepareOptions) -> Path:
         cfg = SynthConfig(str(out), args.seed, args.train_hours, args.dev_hours, args.test_hours,
                           args.long_hours, args.workers, args.profile)
         build_synth_corpus(cfg, force=args.force)
+        if args.force or not (out / NOISE_BANK_MANIFEST).is_file():
+            bank = read_cuts(build_noise_bank(out, args.seed))
+            print(f"noise bank: {len(bank)} clips, {sum(c.duration for c in bank) / 60:.1f} min "
+                  f"-> {out / NOISE_BANK_MANIFEST} (data.background.noise_cuts)")
         if args.probes and (args.force or not (out / PROBE_FILE).is_file()):
             probes = build_probe_set(out, seed=args.seed, workers=args.workers)
             print(f"probe: {len(probes)} passages, {sum(c.duration for c in probes) / 3600:.2f} h -> {out / PROBE_FILE}")

@@ -30,8 +30,10 @@ import logging
 import math
 import os
 import warnings
+from collections.abc import Mapping
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.accelerators import CUDAAccelerator
@@ -41,6 +43,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 from torch.utils.data import DataLoader
 
 from asr.data.augment import SpecAugment
+from asr.data.background import BackgroundMix
 from asr.data.buckets import BucketPadded, check_buckets
 from asr.data.curriculum import CurriculumSampler, EpochShare, check_curriculum, mixed_cuts
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
@@ -111,6 +114,7 @@ class AsrDataModule(L.LightningDataModule):
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
         lead_in_from_epoch: int = 0,
+        background: Mapping[str, Any] | BackgroundMix | None = None,
         seed: int = 0,
         min_duration: float = 0.3,
         max_duration_per_utt: float = 20.0,
@@ -153,6 +157,12 @@ class AsrDataModule(L.LightningDataModule):
                 f"curriculum_cuts: {self._manifest_path(curriculum_cuts)} is missing (a clean-copy profile such as "
                 f"neural_hibari_capture30_rooms_curriculum writes it: scripts/prepare_data.py --profile ...)")
         self.train_cuts, self.dev_cuts, self.test_cuts = train_cuts, dev_cuts, test_cuts
+        self.background = BackgroundMix.from_dict(background)
+        if self.background.enabled and self.background.noise_cuts is not None:
+            if not self._resolve(self.background.noise_cuts).is_file():
+                raise FileNotFoundError(
+                    f"data.background.noise_cuts: {self._resolve(self.background.noise_cuts)} is missing (scripts/"
+                    f"prepare_data.py writes cuts_noise_bank.jsonl.gz into a synth corpus; or null: talkers only)")
         self.max_duration, self.num_buckets, self.num_workers = max_duration, num_buckets, num_workers
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
         self.lead_in_prob, self.lead_in_max_s = lead_in_prob, lead_in_max_s
@@ -318,11 +328,14 @@ class AsrDataModule(L.LightningDataModule):
             if first_cuts is not None:
                 sampler = CurriculumSampler(self._train_sampler(first_cuts, None), sampler, self.curriculum_epochs)
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
+        background_noise = (read_cuts(self._resolve(self.background.noise_cuts))
+                            if self.background.enabled and self.background.noise_cuts else None)
         dataset = AsrDataset(
             self.tokenizer, self.extractor, speed_perturb=self.speed_perturb,
             spec_augment=SpecAugment() if self.spec_augment else None, noise_cuts=noise,
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
-            lead_in_from_epoch=self.lead_in_from_epoch, seed=self.seed,
+            lead_in_from_epoch=self.lead_in_from_epoch, background=self.background,
+            background_noise_cuts=background_noise, seed=self.seed,
         )
         listeners = [dataset.set_epoch] + ([share.set_epoch] if self.curriculum_mix else [])
         listeners += [shar.set_epoch] if shar is not None else []

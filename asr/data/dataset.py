@@ -20,6 +20,7 @@ from lhotse import CutSet
 
 from asr.data.audio import AudioError, cut_waveform
 from asr.data.augment import CutDraws, SpecAugment, cut_draws, mix_noise, random_speed, speed_perturb
+from asr.data.background import BackgroundMix, loop_to, mix_log_mel
 from asr.data.batch import Batch
 from asr.data.feature_store import load_stored
 from asr.data.features import FRAME_SHIFT_S, FbankExtractor
@@ -54,6 +55,8 @@ class AsrDataset(torch.utils.data.Dataset):
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
         lead_in_from_epoch: int = 0,
+        background: BackgroundMix | None = None,
+        background_noise_cuts: CutSet | None = None,
         seed: int = 0,
     ) -> None:
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)
@@ -67,6 +70,10 @@ class AsrDataset(torch.utils.data.Dataset):
         self.lead_in_prob = lead_in_prob
         self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
         self.lead_in_from_epoch = lead_in_from_epoch
+        self.background = background if background is not None else BackgroundMix()
+        self.background_lead_in_frames = round(self.background.lead_in_max_s / FRAME_SHIFT_S)
+        self.background_noise_cuts = list(background_noise_cuts) if background_noise_cuts is not None else []
+        self._background_noise: dict[str, torch.Tensor | None] = {}  # noise cut id -> (S, F), None: unusable
         self.seed = seed
         self.epoch = 0
         self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
@@ -134,8 +141,54 @@ class AsrDataset(torch.utils.data.Dataset):
         k = draws.randint(1, self.lead_in_frames)
         return torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
 
+    def _noise_features(self, noise_cut, skipped: Skipped) -> torch.Tensor | None:
+        """(S, F) fbank of a background noise clip, computed once per worker; None when it is unusable
+        (listed in ``skipped`` as ``noise_<reason>`` the first time)."""
+        if noise_cut.id not in self._background_noise:
+            feats = None
+            try:
+                wav = cut_waveform(noise_cut)
+            except AudioError as err:
+                log.warning("background noise cut %s unusable: %s", noise_cut.id, err)
+                skipped.append((f"noise_{err.reason}", noise_cut.id))
+            else:
+                if wav.numel() >= self.extractor.min_samples:
+                    feats = self.extractor(wav)
+                else:
+                    skipped.append(("noise_audio_too_short", noise_cut.id))
+            self._background_noise[noise_cut.id] = feats
+        return self._background_noise[noise_cut.id]
+
+    def with_background(self, f: torch.Tensor, speech_from: int, talkers: list[torch.Tensor], index: int,
+                        draws: random.Random, skipped: Skipped) -> torch.Tensor:
+        """(T, F) -> (k + T, F): with probability ``background.prob`` (drawn from ``draws``), a background under
+        the utterance at an SNR drawn from ``background.snr_db``, playing alone for k frames (uniform in
+        [0, background.lead_in_max_s]) before it. ``speech_from``: the frames of ``f`` before the speech (a
+        silent lead-in, which the background fills too). The background is one of ``talkers`` (the batch's
+        utterances before their lead-ins) other than ``index``, or a clip of the noise manifest, looped
+        from a random frame (``asr.data.background``)."""
+        mix = self.background
+        if not mix.enabled or self.epoch < mix.from_epoch or draws.random() >= mix.prob:
+            return f
+        # the same number of draws whichever source is chosen: a cut's later draws do not depend on it
+        talker_draw, pick, snr_db = draws.random(), draws.random(), draws.uniform(*mix.snr_db)
+        k, start = draws.randint(0, self.background_lead_in_frames), draws.randrange(1 << 30)
+        others = [j for j in range(len(talkers)) if j != index]
+        if others and (not self.background_noise_cuts or talker_draw < mix.talker_share):
+            source = talkers[others[int(pick * len(others))]]
+        elif self.background_noise_cuts:
+            source = self._noise_features(self.background_noise_cuts[int(pick * len(self.background_noise_cuts))],
+                                          skipped)
+        else:
+            source = None  # a batch of one utterance and no noise manifest
+        if source is None:
+            return f
+        f = torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
+        return mix_log_mel(f, loop_to(source.to(f.dtype), f.shape[0], start), snr_db, speech_from + k,
+                           floor=self.silence_frame())
+
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
-        feats, tokens, keys, texts = [], [], [], []
+        read = []  # (features with their lead-in (T, F), frames of lead-in, draws, cut, text)
         skipped: Skipped = []
         seconds = 0.0
         for cut in cuts:
@@ -148,15 +201,19 @@ class AsrDataset(torch.utils.data.Dataset):
                 continue
             if f is None:
                 continue
-            f = self.with_lead_in(f, draws.py)
+            led = self.with_lead_in(f, draws.py)
+            read.append((led, led.shape[0] - f.shape[0], draws, cut, cut_text(cut)))
+            seconds += cut.duration
+        talkers = [f[lead:] for f, lead, *_ in read]  # the batch's utterances without their lead-ins
+        feats, tokens, keys, texts = [], [], [], []
+        for index, (f, lead, draws, cut, text) in enumerate(read):
+            f = self.with_background(f, lead, talkers, index, draws.py, skipped)
             if self.spec_augment is not None:
                 f = self.spec_augment(f, draws.torch)
-            text = cut_text(cut)
             feats.append(f)
             tokens.append(self.tokenizer.encode(text))
             keys.append(cut.id)
             texts.append(text)
-            seconds += cut.duration
         return Batch.collate(feats, tokens, keys, texts, self.extractor.num_mel_bins), skipped, seconds
 
 

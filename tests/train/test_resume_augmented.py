@@ -1,4 +1,4 @@
-"""A run with dropout, SpecAugment and speed perturbation, resumed from one of its own mid-run checkpoints
+"""A run with dropout, SpecAugment, speed perturbation and backgrounds, resumed from one of its own mid-run checkpoints
 (``ckpt_path``), ends with the weights of the run that was never interrupted, bit for bit.
 
 Every random draw of a training step must then be the same in the resumed run: dropout (torch's global
@@ -30,6 +30,7 @@ def compose_run(corpus: Path, out: Path, *extra: str):
                  "callbacks.model_checkpoint.save_top_k=-1", "~callbacks.lr_monitor", "~logger",
                  "model.encoder.dropout=0.2", "model.decoder_dropout=0.2", "data.spec_augment=true",
                  "data.speed_perturb=true", "streaming.random_phase=true", "streaming.onset_edge_prob=0.5",
+                 "data.background.prob=0.5", "data.background.from_epoch=0",
                  "data.num_workers=1", *extra]  # a worker: its generators are seeded from the loader's base seed
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=overrides)
