@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from asr.decode.levels import is_background_level
 from asr.lm.words import WORD_MARKER
 
 
@@ -77,7 +78,7 @@ def background_words(pieces: list[str], spans: list[tuple[int, int]], heard_db: 
     if not known:
         return [False] * len(levels)
     loudest = max(known)
-    return [level < loudest - speaker_margin_db and level < floor + floor_margin_db  # NaN compares False
+    return [is_background_level(level, loudest, speaker_margin_db, floor, floor_margin_db)
             for level, floor in zip(levels, floors)]
 
 

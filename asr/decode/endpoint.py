@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from asr.decode.levels import BackgroundFloor, SpeakerLevel, loudest_ahead, surrounding_levels
+from asr.decode.levels import BackgroundFloor, SpeakerLevel, is_background_level, loudest_ahead, surrounding_levels
 
 
 @dataclass(frozen=True)
@@ -333,11 +333,10 @@ class EndpointDetector:
 
     def _is_background(self, level_db: float) -> bool:
         """Audio this loud is far under the speaker and, with a floor, near the background's floor."""
-        if not self.speaker.is_background(level_db):
-            return False
-        if self.floor is None:
-            return True
-        return self.floor.level_db is not None and level_db < self.floor.level_db + self.config.floor_margin_db
+        floor = self.floor
+        return is_background_level(level_db, self.speaker.level_db, self.speaker.margin_db,
+                                   None if floor is None else floor.level_db,
+                                   None if floor is None else self.config.floor_margin_db)
 
     def suppressed(self, log_probs: torch.Tensor) -> torch.Tensor:
         """(t, V) ``log_probs`` of the last advance with its background frames (``search_background``) made

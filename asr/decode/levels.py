@@ -91,6 +91,21 @@ def loudest_ahead(levels_db: np.ndarray) -> np.ndarray:
     return ahead
 
 
+def is_background_level(level_db: float, speaker_db: float | None, speaker_margin_db: float, floor_db: float | None,
+                        floor_margin_db: float | None, unknown_floor: bool = False) -> bool:
+    """Whether audio at ``level_db`` is the background's: more than ``speaker_margin_db`` under the speaker's level
+    and, with a floor margin (not None), less than ``floor_margin_db`` over the background's floor. An unknown (NaN)
+    level never is, nor anything before the speaker's level is known (None); an unknown floor (None or NaN) reads
+    as ``unknown_floor``. The endpoint's frames, the louder talker's check and the words dropped all judge by it."""
+    if speaker_db is None or not level_db < speaker_db - speaker_margin_db:  # a NaN level compares False
+        return False
+    if floor_margin_db is None:
+        return True
+    if floor_db is None or math.isnan(floor_db):
+        return unknown_floor
+    return level_db < floor_db + floor_margin_db
+
+
 class SpeakerLevel:
     """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
     margin), falling by ``decay_db_s`` a second; None until the first such frame."""
@@ -102,7 +117,7 @@ class SpeakerLevel:
 
     def is_background(self, level_db: float) -> bool:
         """A frame this quiet is not the speaker (an unknown, NaN level never is)."""
-        return self.level_db is not None and level_db < self.level_db - self.margin_db
+        return is_background_level(level_db, self.level_db, self.margin_db, None, None)
 
     def update(self, level_db: float, emitted: bool) -> None:
         """One frame: the level falls by a frame's decay, and rises to a louder frame the recognizer emitted on."""

@@ -27,7 +27,7 @@ import torch
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.endpoint import FORGET_AFTER_S, EndpointDetector
 from asr.decode.hotwords import Biasing
-from asr.decode.levels import LevelTrack
+from asr.decode.levels import LevelTrack, is_background_level
 from asr.model.positions import TooLongForTable
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
@@ -391,11 +391,11 @@ class Stream:
         loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)
         if speaker_db is None or loudest is None or loudest < speaker_db + policy.speaker_margin_db:
             return False
-        under = loudest - policy.speaker_margin_db
-        near = policy.floor_margin_db if policy.floor_margin_db is not None else math.inf
         before = zip(heard[:-frames], self._utt.floor_db[:-frames])
-        # An unknown level (NaN) is not background; a frame before the floor is known is judged by the level alone.
-        return len(heard) > frames and all(h < under and not h >= f + near for h, f in before)
+        # a frame before the floor is known is judged by its level alone
+        return len(heard) > frames and all(
+            is_background_level(h, loudest, policy.speaker_margin_db, f, policy.floor_margin_db, unknown_floor=True)
+            for h, f in before)
 
     def _forget_background(self, next_frame: int) -> None:
         """Restart the encoder and the decoder at segment frame ``next_frame``: what they heard was the background's

@@ -108,3 +108,19 @@ def test_the_floor_options_are_checked():
         with pytest.raises(ValueError, match="floor"):
             EndpointConfig(**bad)
     assert EndpointDetector(EndpointConfig(speaker_margin_db=None), BLANK, frame_s=0.04).floor is None
+
+
+def test_one_judgement_of_a_background_level_for_every_rule():
+    from asr.decode.levels import is_background_level
+
+    speaker, floor = -20.0, -60.0  # the speaker's level and the background's floor, dB
+    assert is_background_level(-52.0, speaker, 15.0, floor, 10.0)  # 32 dB under, 8 over the floor
+    assert not is_background_level(-30.0, speaker, 15.0, floor, 10.0)  # within the speaker's margin
+    assert not is_background_level(-45.0, speaker, 15.0, floor, 10.0)  # under the speaker, far over the floor
+    assert is_background_level(-45.0, speaker, 15.0, floor, None)  # no floor rule: the level alone
+    assert not is_background_level(math.nan, speaker, 15.0, floor, 10.0)  # an unknown level never is
+    assert not is_background_level(-52.0, None, 15.0, floor, 10.0)  # nor before the speaker's level is known
+    for unknown in (None, math.nan):  # a floor not yet known reads as told
+        assert not is_background_level(-52.0, speaker, 15.0, unknown, 10.0)
+        assert is_background_level(-52.0, speaker, 15.0, unknown, 10.0, unknown_floor=True)
+    assert not is_background_level(-math.inf, speaker, 15.0, -math.inf, 10.0)  # silence is not under a silent floor
