@@ -38,6 +38,8 @@ class BackgroundMix:
     talker_share: of those, the share whose background is another utterance of the batch; the rest get
         a clip of ``noise_cuts`` (all get a talker when there is no noise manifest).
     lead_in_max_s: the background alone before the speaker, uniform in [0, lead_in_max_s] seconds.
+    under_speech: False: the background stops where the speech starts (it fills the lead-in alone, and the
+        utterance's frames stay as they were): talk or music before a sentence, without more noise in it.
     from_epoch: no background before this epoch (CTC from scratch aligns later under backgrounds).
     noise_cuts: a manifest of noise clips (in the corpus folder unless absolute), or None.
     """
@@ -46,6 +48,7 @@ class BackgroundMix:
     snr_db: tuple[float, float] = (5.0, 25.0)
     talker_share: float = 0.5
     lead_in_max_s: float = 1.5
+    under_speech: bool = True
     from_epoch: int = 0
     noise_cuts: str | None = None
 

@@ -163,10 +163,10 @@ class AsrDataset(torch.utils.data.Dataset):
                         draws: random.Random, skipped: Skipped) -> torch.Tensor:
         """(T, F) -> (k + T, F): with probability ``background.prob`` (drawn from ``draws``), a background under
         the utterance at an SNR drawn from ``background.snr_db``, playing alone for k frames (uniform in
-        [0, background.lead_in_max_s]) before it. ``speech_from``: the frames of ``f`` before the speech (a
-        silent lead-in, which the background fills too). The background is one of ``talkers`` (the batch's
-        utterances before their lead-ins) other than ``index``, or a clip of the noise manifest, looped
-        from a random frame (``asr.data.background``)."""
+        [0, background.lead_in_max_s]) before it, and only there without ``background.under_speech``.
+        ``speech_from``: the frames of ``f`` before the speech (a silent lead-in, which the background fills
+        too). The background is one of ``talkers`` (the batch's utterances before their lead-ins) other than
+        ``index``, or a clip of the noise manifest, looped from a random frame (``asr.data.background``)."""
         mix = self.background
         if not mix.enabled or self.epoch < mix.from_epoch or draws.random() >= mix.prob:
             return f
@@ -184,8 +184,11 @@ class AsrDataset(torch.utils.data.Dataset):
         if source is None:
             return f
         f = torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
-        return mix_log_mel(f, loop_to(source.to(f.dtype), f.shape[0], start), snr_db, speech_from + k,
-                           floor=self.silence_frame())
+        mixed = mix_log_mel(f, loop_to(source.to(f.dtype), f.shape[0], start), snr_db, speech_from + k,
+                            floor=self.silence_frame())
+        if not mix.under_speech:
+            mixed[speech_from + k:] = f[speech_from + k:]  # the background stops where the speech starts
+        return mixed
 
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
         read = []  # (features with their lead-in (T, F), frames of lead-in, draws, cut, text)

@@ -125,6 +125,21 @@ def test_the_dataset_mixes_from_its_epoch_on_keeps_the_words_and_draws_per_cut(t
     assert not torch.equal(dataset[cuts][0].feats[:, :20], batch.feats[:, :20])  # new draws each epoch
 
 
+def test_a_background_that_stops_at_the_speech_fills_only_the_lead_in(tiny_corpus, tmp_path):
+    cuts = read_cuts(tiny_corpus / "cuts_train.jsonl.gz").subset(first=4)
+    dataset, _ = _dataset(tmp_path, under_speech=False, lead_in_max_s=0.5, from_epoch=0)
+    plain = AsrDataset(_WordTokenizer(), FbankExtractor(), seed=5)[cuts][0]
+    batch = dataset[cuts][0]
+    leads = (batch.feat_lens - plain.feat_lens).tolist()
+    assert any(k > 0 for k in leads)
+    silence = dataset.silence_frame()
+    for i, k in enumerate(leads):
+        n = int(plain.feat_lens[i])
+        assert torch.equal(batch.feats[i, k:k + n], plain.feats[i, :n])  # the speech as it was
+        if k:
+            assert bool((batch.feats[i, :k] > silence + 1.0).any())  # the lead-in hears the background
+
+
 def test_without_another_talker_or_noise_an_utterance_stays_clean(tiny_corpus, tmp_path):
     one = read_cuts(tiny_corpus / "cuts_train.jsonl.gz").subset(first=1)
     dataset = AsrDataset(_WordTokenizer(), FbankExtractor(), background=BackgroundMix(prob=1.0), seed=5)
