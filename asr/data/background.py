@@ -26,8 +26,6 @@ from typing import Any
 
 import torch
 
-from asr.data.features import DB_PER_NEPER
-
 
 @dataclass(frozen=True)
 class BackgroundMix:
@@ -83,12 +81,6 @@ class BackgroundMix:
         return cls(**fields)
 
 
-def mean_log_energy(log_mel: torch.Tensor) -> torch.Tensor:
-    """(T, F) log-mel -> () the log of the mean over frames of a frame's summed mel energy, in float64."""
-    x = log_mel.double()
-    return torch.logsumexp(x.reshape(-1), dim=0) - torch.log(torch.tensor(float(x.shape[0]), dtype=torch.float64))
-
-
 def loop_to(background: torch.Tensor, frames: int, start: int) -> torch.Tensor:
     """(S, F) -> (frames, F): the background from frame ``start`` on, looped as often as ``frames`` needs."""
     if background.shape[0] == 0:
@@ -113,13 +105,12 @@ def mix_log_mel(speech: torch.Tensor, background: torch.Tensor, snr_db: float, s
         raise ValueError(f"speech {tuple(speech.shape)} and background {tuple(background.shape)} differ in shape")
     if not 0 <= speech_from < speech.shape[0]:
         raise ValueError(f"speech_from ({speech_from}) must index a frame of the {speech.shape[0]}")
-    s, b = speech.double(), background.double()
-    energy = torch.exp(b)
+    speech_energy, energy = torch.exp(speech.double()), torch.exp(background.double())  # (T, F) mel energies
     if floor is not None:
         energy = (energy - torch.exp(floor.double())).clamp_min(0.0)
     over_speech = energy[speech_from:].sum()
     if not bool(over_speech > 0):
         return speech
-    log_gain = (mean_log_energy(s[speech_from:]) - torch.log(over_speech / (speech.shape[0] - speech_from))
-                - snr_db / DB_PER_NEPER)
-    return torch.log(torch.exp(s) + energy * torch.exp(log_gain)).to(speech.dtype)
+    # both sums run over the same frames, so their ratio is that of the mean energies per frame
+    gain = speech_energy[speech_from:].sum() / over_speech / 10.0 ** (snr_db / 10.0)
+    return torch.log(speech_energy + gain * energy).to(speech.dtype)

@@ -9,11 +9,17 @@ import torch
 from lhotse import CutSet
 
 from asr.data.audio import cut_waveform
-from asr.data.background import BackgroundMix, loop_to, mean_log_energy, mix_log_mel
+from asr.data.background import BackgroundMix, loop_to, mix_log_mel
 from asr.data.dataset import AsrDataset
 from asr.data.features import DB_PER_NEPER, FRAME_SHIFT_S, FbankExtractor, load_feature_config
 from asr.data.manifest import read_cuts
 from asr.synth.noise_bank import NOISE_BANK_KINDS, NOISE_BANK_MANIFEST, NOISE_BANK_RMS_DBFS, build_noise_bank
+
+
+def mean_log_energy(log_mel: torch.Tensor) -> torch.Tensor:
+    """(T, F) log-mel -> () the log of the mean over frames of a frame's summed mel energy, in float64."""
+    x = log_mel.double()
+    return torch.logsumexp(x.reshape(-1), dim=0) - math.log(x.shape[0])
 
 
 def _reference_mix(speech: np.ndarray, background: np.ndarray, snr_db: float, speech_from: int,
