@@ -26,7 +26,8 @@ class TrainingOutcome:
     unknown). time_cap_s: ``trainer.max_time`` in seconds (None: no cap or unknown).
     stopped_by_time_cap: the cap ended training (None: not recorded). dev_curve: (step, WER in
     [0, 1]) per validation, step order. curve_file: the CSV the curve was read from (None: no CSV
-    log with that metric)."""
+    log with that metric). fitted_steps: the step the cosine was moved to end at so that the run fits its
+    time cap (``asr.train.time_fit``; None: not moved)."""
 
     steps: int
     planned_steps: int | None
@@ -34,6 +35,7 @@ class TrainingOutcome:
     stopped_by_time_cap: bool | None
     dev_curve: tuple[tuple[int, float], ...] = ()
     curve_file: Path | None = None
+    fitted_steps: int | None = None
 
     @property
     def stopped_early(self) -> bool:
@@ -100,8 +102,10 @@ def read_outcome(summary: dict) -> TrainingOutcome:
         planned, cap = _planned_from_hydra(summary.get("out_dir"))
         stopped = None
     curve, curve_file = dev_wer_curve(summary.get("log_dirs") or [])
+    fitted = (summary.get("fitted_to_time_cap") or {}).get("steps")
     return TrainingOutcome(steps=int(summary["global_step"]), planned_steps=planned, time_cap_s=cap,
-                           stopped_by_time_cap=stopped, dev_curve=curve, curve_file=curve_file)
+                           stopped_by_time_cap=stopped, dev_curve=curve, curve_file=curve_file,
+                           fitted_steps=fitted)
 
 
 def _minutes(seconds: float) -> str:
@@ -116,7 +120,12 @@ def outcome_lines(outcome: TrainingOutcome, max_points: int = 6, cap_hint: str |
     if not outcome.stopped_early:
         return []
     of = f"{outcome.steps} of {outcome.planned_steps} steps"
-    if outcome.stopped_by_time_cap and outcome.time_cap_s is not None:
+    cap = "its" if outcome.time_cap_s is None else f"the {_minutes(outcome.time_cap_s)}-min"
+    if outcome.fitted_steps is not None and not outcome.stopped_by_time_cap:
+        lines = [f"training ran {of}: {cap} time cap left no time for more, so the learning rate's decay was "
+                 f"moved to end at step {outcome.fitted_steps} (a finished schedule on fewer steps than the "
+                 "recipe's)"]
+    elif outcome.stopped_by_time_cap and outcome.time_cap_s is not None:
         lines = [f"training stopped by the {_minutes(outcome.time_cap_s)}-min time cap at {of}: a model less "
                  f"trained than the recipe's"]
     elif outcome.stopped_by_time_cap is None:
@@ -130,6 +139,6 @@ def outcome_lines(outcome: TrainingOutcome, max_points: int = 6, cap_hint: str |
                      f"(whole curve: {outcome.curve_file}, column {DEV_WER_METRIC})")
     else:
         lines.append("dev WER curve: no CSV log with it in this run (see its TensorBoard log)")
-    if outcome.stopped_by_time_cap and cap_hint:
+    if (outcome.stopped_by_time_cap or outcome.fitted_steps is not None) and cap_hint:
         lines.append(cap_hint)
     return lines

@@ -36,6 +36,7 @@ from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_m
 from asr.train.module import AsrLightningModule
 from asr.train.resume import AtomicCheckpointIO, newest_resumable, remove_interrupted_writes, set_aside
 from asr.train.schedule import check_schedule
+from asr.train.time_fit import fitted_schedule
 
 
 def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -230,6 +231,8 @@ def format_summary(summary: dict) -> str:
         f"logs            : {', '.join(summary['log_dirs']) or '(no logger)'}",
         f"best val WER    : {'n/a' if wer is None else f'{100 * wer:.2f}%'}",
         f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
+        *([f"schedule        : fitted to the time cap, {fitted['steps']} of {fitted['planned_steps']} planned steps"]
+          if (fitted := summary.get("fitted_to_time_cap")) else []),
         f"time            : {summary['seconds']:.1f} s",
         f"non-finite skips: {summary['nonfinite_skips']}",
         *([f"compiled graphs : {graphs['count']} (the last at step {graphs['last_at_step']})"]
@@ -274,6 +277,7 @@ def train(cfg: DictConfig) -> dict:
     best_path, best_score = _best_checkpoint(trainer)
     cap_s, cap_reached = time_cap(trainer.callbacks)
     steps_left = trainer.max_steps < 0 or trainer.global_step < trainer.max_steps
+    fitted = fitted_schedule(trainer.callbacks)
     summary = {
         "out_dir": str(out_dir),
         "checkpoint_dir": str(out_dir / "checkpoints"),
@@ -282,9 +286,11 @@ def train(cfg: DictConfig) -> dict:
         "best_val_wer": best_score if best_score is not None else module.best_val_wer,
         "global_step": int(trainer.global_step),
         # What a driver needs to say whether the time cap cut the run short (asr.train.outcome).
-        "max_steps": int(trainer.max_steps),
+        "max_steps": int(trainer.max_steps if fitted is None else fitted["planned_steps"]),
         "time_cap_s": cap_s,
         "stopped_by_time_cap": bool(cap_reached and steps_left),
+        # the cosine shortened to end within the cap (asr.train.time_fit): {"planned_steps", "steps"}, or None
+        "fitted_to_time_cap": fitted,
         "epochs": int(trainer.current_epoch),
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),

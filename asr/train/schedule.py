@@ -45,6 +45,10 @@ class WarmupSchedule:
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio
+        # After :meth:`shorten_to`: the 1-based update the cosine was last re-aimed at and its progress there.
+        # Plain attributes, so LambdaLR's state_dict carries them and a resumed run keeps the shorter curve.
+        self.anchor_step: int | None = None
+        self.anchor_progress = 0.0
 
     def __call__(self, step: int) -> float:
         # LambdaLR calls with the number of steps already taken; +1 so the very first
@@ -56,11 +60,29 @@ class WarmupSchedule:
             return 1.0
         if self.kind == "noam":
             return math.sqrt(max(self.warmup_steps, 1) / step)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * self._progress(step)))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+    def _progress(self, step: int) -> float:
+        """How far 1-based update ``step`` (after the warmup) is along the cosine, 0 to 1."""
         # Update n (= step - 1) = warmup - 1 has progress 0, update total_steps - 1 has
         # (total - warmup) / (total - warmup + 1) < 1, update total_steps would have 1.
-        progress = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps + 1))
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+        start, done = (self.warmup_steps, 0.0) if self.anchor_step is None else (self.anchor_step, self.anchor_progress)
+        return min(1.0, done + (1.0 - done) * (step - start) / (self.total_steps - start + 1))
+
+    def shorten_to(self, taken: int, total_steps: int) -> None:
+        """End the cosine after ``total_steps`` updates instead, ``taken`` of them done: the rest of the curve
+        is squeezed into the updates left, so the next update's rate is the one it would have had and the
+        decay to ``min_lr_ratio`` still ends at the new last update. Only a cosine past its warmup shortens."""
+        if self.kind != "cosine":
+            raise ValueError(f"only a cosine schedule can be shortened, not {self.kind!r}")
+        if taken < self.warmup_steps or not taken < total_steps <= self.total_steps:
+            raise ValueError(f"cannot end the cosine after {total_steps} updates with {taken} taken (warmup "
+                             f"{self.warmup_steps}, total {self.total_steps}): need warmup <= taken < new total "
+                             "<= total")
+        self.anchor_progress = self._progress(taken + 1)
+        self.anchor_step = taken + 1
+        self.total_steps = total_steps
 
 
 def check_schedule(config, max_steps: int | None) -> None:

@@ -1,0 +1,130 @@
+"""Fit a cosine schedule to the run's wall-clock cap, so a slower machine ends with a decayed model.
+
+A recipe sets a number of steps and a cosine that decays to its floor at the last one; ``trainer.max_time``
+guards a slower machine. Without this callback the cap stops such a run in the middle of its decay: the last
+checkpoints come from a learning rate still far from its floor, and read several points worse than a run of
+that many steps whose cosine ended there. With it, the run watches its own pace and, when the steps left no
+longer fit the time left, moves the end of the cosine (and of the run) to the last validation the cap leaves
+time for, so the last validations, checkpoints and averaging see a finished decay.
+
+What it decides depends on the machine's speed, so two machines train different numbers of steps; the run's
+summary says how many were planned and how many the cap left (``asr.train.run``), and a run whose steps all
+fit is untouched. It only ever shortens, and a resumed run keeps the shorter end (the schedule carries it in
+the scheduler's state, this callback in its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, Timer
+
+from asr.train.schedule import WarmupSchedule
+
+log = logging.getLogger(__name__)
+
+
+def fitted_last_step(step: int, seconds_per_step: float, seconds_left: float, interval: int) -> int:
+    """The last step a run at ``step`` can end on: a multiple of the validation ``interval`` reached within
+    ``seconds_left`` at ``seconds_per_step``, and at least the next validation after ``step``."""
+    if seconds_per_step <= 0 or interval < 1:
+        raise ValueError(f"need seconds_per_step > 0 ({seconds_per_step}) and interval >= 1 ({interval})")
+    reachable = step + math.floor(max(seconds_left, 0.0) / seconds_per_step)
+    return max(reachable // interval * interval, (step // interval + 1) * interval)
+
+
+class FitScheduleToTimeCap(Callback):
+    """Shorten the cosine (and ``max_steps``) when ``trainer.max_time`` would stop the run before its end.
+
+    check_every: steps between two looks at the pace. window_steps: the pace is measured over this many of the
+    latest steps (validations included, as they cost the cap's time too), at least ``min_measured`` of them
+    after the warmup. margin: the share of the cap kept free for the last validation and checkpoint.
+    """
+
+    def __init__(self, check_every: int = 50, window_steps: int = 400, min_measured: int = 150,
+                 margin: float = 0.03) -> None:
+        if check_every < 1 or window_steps < check_every or min_measured < check_every or not 0 <= margin < 1:
+            raise ValueError(f"need check_every ({check_every}) >= 1, window_steps ({window_steps}) and "
+                             f"min_measured ({min_measured}) >= check_every, 0 <= margin ({margin}) < 1")
+        self.check_every, self.window_steps, self.min_measured, self.margin = (
+            check_every, window_steps, min_measured, margin)
+        self.planned_steps: int | None = None  # the recipe's max_steps, once a fit shortened them
+        self.fitted_steps: int | None = None
+        self._paces: deque[tuple[int, float]] = deque()  # (step, training seconds elapsed)
+
+    @staticmethod
+    def _timer(trainer: pl.Trainer) -> Timer | None:
+        for cb in trainer.callbacks:
+            if isinstance(cb, Timer) and cb.time_remaining() is not None:
+                return cb
+        return None
+
+    @staticmethod
+    def _schedule(trainer: pl.Trainer) -> tuple[Any, WarmupSchedule] | None:
+        for config in trainer.lr_scheduler_configs:
+            lambdas = getattr(config.scheduler, "lr_lambdas", [])
+            if len(lambdas) == 1 and isinstance(lambdas[0], WarmupSchedule) and lambdas[0].kind == "cosine":
+                return config.scheduler, lambdas[0]
+        return None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.fitted_steps is not None:  # resumed after a fit: the run ends where the schedule now does
+            trainer.fit_loop.epoch_loop.max_steps = self.fitted_steps
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = int(trainer.global_step)
+        if step % self.check_every or trainer.max_steps is None or trainer.max_steps <= 0:
+            return
+        timer, found = self._timer(trainer), self._schedule(trainer)
+        interval = trainer.val_check_interval  # batches between validations, when they count steps
+        if (timer is None or found is None or trainer.check_val_every_n_epoch is not None
+                or not isinstance(interval, int)):
+            return
+        interval = max(1, interval // trainer.accumulate_grad_batches)  # in optimizer steps
+        scheduler, schedule = found
+        if step < schedule.warmup_steps:
+            return
+        self._paces.append((step, timer.time_elapsed()))
+        while self._paces and self._paces[0][0] < step - self.window_steps:
+            self._paces.popleft()
+        first_step, first_elapsed = self._paces[0]
+        last, pace = -1, 0.0
+        if step - first_step >= self.min_measured:
+            pace = (self._paces[-1][1] - first_elapsed) / (step - first_step)
+            left = timer.time_remaining() - self.margin * (timer.time_remaining() + timer.time_elapsed())
+            if pace > 0:
+                last = fitted_last_step(step, pace, left, interval)
+        # every rank ends on the same step: rank 0's reading decides
+        last = int(trainer.strategy.broadcast(last, src=0))
+        taken = int(scheduler.last_epoch)  # the schedule's updates so far (one per optimizer step)
+        if last < 0 or last >= trainer.max_steps or taken + (last - step) >= schedule.total_steps:
+            return
+        schedule.shorten_to(taken, taken + (last - step))
+        if self.planned_steps is None:
+            self.planned_steps = int(trainer.max_steps)
+        self.fitted_steps = trainer.fit_loop.epoch_loop.max_steps = last
+        if trainer.is_global_zero:
+            log.info("the %.0f-min time cap leaves time for %d of the %d planned steps at %.2f s a step: the "
+                     "cosine now ends at step %d", (timer.time_remaining() + timer.time_elapsed()) / 60, last,
+                     self.planned_steps, pace, last)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"planned_steps": self.planned_steps, "fitted_steps": self.fitted_steps}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.planned_steps = state_dict.get("planned_steps")
+        self.fitted_steps = state_dict.get("fitted_steps")
+
+
+def fitted_schedule(callbacks: list) -> dict | None:
+    """{"planned_steps", "steps"} when a :class:`FitScheduleToTimeCap` among ``callbacks`` shortened the run,
+    else None."""
+    for cb in callbacks:
+        if isinstance(cb, FitScheduleToTimeCap) and cb.fitted_steps is not None:
+            return {"planned_steps": cb.planned_steps, "steps": cb.fitted_steps}
+    return None
