@@ -289,7 +289,7 @@ def train(cfg: DictConfig) -> dict:
         "max_steps": int(trainer.max_steps if fitted is None else fitted["planned_steps"]),
         "time_cap_s": cap_s,
         "stopped_by_time_cap": bool(cap_reached and steps_left),
-        # the cosine shortened to end within the cap (asr.train.time_fit): {"planned_steps", "steps"}, or None
+        # the cosine moved to end within the cap (asr.train.time_fit): {"planned_steps", "steps"}, or None
         "fitted_to_time_cap": fitted,
         "epochs": int(trainer.current_epoch),
         "seconds": time.monotonic() - start,

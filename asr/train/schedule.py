@@ -45,7 +45,7 @@ class WarmupSchedule:
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio
-        # After :meth:`shorten_to`: the 1-based update the cosine was last re-aimed at and its progress there.
+        # After :meth:`move_end`: the 1-based update the cosine was last re-aimed at and its progress there.
         # Plain attributes, so LambdaLR's state_dict carries them and a resumed run keeps the shorter curve.
         self.anchor_step: int | None = None
         self.anchor_progress = 0.0
@@ -70,16 +70,16 @@ class WarmupSchedule:
         start, done = (self.warmup_steps, 0.0) if self.anchor_step is None else (self.anchor_step, self.anchor_progress)
         return min(1.0, done + (1.0 - done) * (step - start) / (self.total_steps - start + 1))
 
-    def shorten_to(self, taken: int, total_steps: int) -> None:
+    def move_end(self, taken: int, total_steps: int) -> None:
         """End the cosine after ``total_steps`` updates instead, ``taken`` of them done: the rest of the curve
-        is squeezed into the updates left, so the next update's rate is the one it would have had and the
-        decay to ``min_lr_ratio`` still ends at the new last update. Only a cosine past its warmup shortens."""
+        is stretched or squeezed into the updates left, so the next update's rate is the one it would have had
+        and the decay to ``min_lr_ratio`` still ends at the new last update. Only a cosine past its warmup
+        moves its end."""
         if self.kind != "cosine":
-            raise ValueError(f"only a cosine schedule can be shortened, not {self.kind!r}")
-        if taken < self.warmup_steps or not taken < total_steps <= self.total_steps:
+            raise ValueError(f"only a cosine schedule can move its end, not {self.kind!r}")
+        if taken < self.warmup_steps or total_steps <= taken:
             raise ValueError(f"cannot end the cosine after {total_steps} updates with {taken} taken (warmup "
-                             f"{self.warmup_steps}, total {self.total_steps}): need warmup <= taken < new total "
-                             "<= total")
+                             f"{self.warmup_steps}): need warmup <= taken < new total")
         self.anchor_progress = self._progress(taken + 1)
         self.anchor_step = taken + 1
         self.total_steps = total_steps

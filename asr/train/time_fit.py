@@ -2,15 +2,15 @@
 
 A recipe sets a number of steps and a cosine that decays to its floor at the last one; ``trainer.max_time``
 guards a slower machine. Without this callback the cap stops such a run in the middle of its decay: the last
-checkpoints come from a learning rate still far from its floor, and read several points worse than a run of
-that many steps whose cosine ended there. With it, the run watches its own pace and, when the steps left no
-longer fit the time left, moves the end of the cosine (and of the run) to the last validation the cap leaves
-time for, so the last validations, checkpoints and averaging see a finished decay.
+checkpoints come from a learning rate still far from its floor. With it, the run watches its own pace and,
+when the steps left no longer fit the time left, moves the end of the cosine (and of the run) to the last
+step the cap leaves time for; the run stops there with a validation and a checkpoint, as a cap's stop does,
+so the last checkpoints and their average see a finished decay.
 
 What it decides depends on the machine's speed, so two machines train different numbers of steps; the run's
 summary says how many were planned and how many the cap left (``asr.train.run``), and a run whose steps all
-fit is untouched. It only ever shortens, and a resumed run keeps the shorter end (the schedule carries it in
-the scheduler's state, this callback in its own).
+fit is untouched. The end follows the pace in both directions (never past the recipe's last step), and a
+resumed run keeps it (the schedule carries it in the scheduler's state, this callback in its own).
 """
 
 from __future__ import annotations
@@ -28,21 +28,21 @@ from asr.train.schedule import WarmupSchedule
 log = logging.getLogger(__name__)
 
 
-def fitted_last_step(step: int, seconds_per_step: float, seconds_left: float, interval: int) -> int:
-    """The last step a run at ``step`` can end on: a multiple of the validation ``interval`` reached within
-    ``seconds_left`` at ``seconds_per_step``, and at least the next validation after ``step``."""
-    if seconds_per_step <= 0 or interval < 1:
-        raise ValueError(f"need seconds_per_step > 0 ({seconds_per_step}) and interval >= 1 ({interval})")
-    reachable = step + math.floor(max(seconds_left, 0.0) / seconds_per_step)
-    return max(reachable // interval * interval, (step // interval + 1) * interval)
+def reachable_step(step: int, seconds_per_step: float, seconds_left: float) -> int:
+    """The last step a run at ``step`` reaches within ``seconds_left`` at ``seconds_per_step`` (at least the
+    next one)."""
+    if seconds_per_step <= 0:
+        raise ValueError(f"need seconds_per_step > 0, got {seconds_per_step}")
+    return step + max(1, math.floor(max(seconds_left, 0.0) / seconds_per_step))
 
 
 class FitScheduleToTimeCap(Callback):
-    """Shorten the cosine (and ``max_steps``) when ``trainer.max_time`` would stop the run before its end.
+    """Move the cosine's end (and the run's) to the last step ``trainer.max_time`` leaves time for.
 
     check_every: steps between two looks at the pace. window_steps: the pace is measured over this many of the
     latest steps (validations included, as they cost the cap's time too), at least ``min_measured`` of them
-    after the warmup. margin: the share of the cap kept free for the last validation and checkpoint.
+    after the warmup. margin: the share of the cap kept free for the last validation and checkpoint. The end
+    moves only when the pace puts it more than ``check_every`` steps from where it is.
     """
 
     def __init__(self, check_every: int = 50, window_steps: int = 400, min_measured: int = 150,
@@ -52,8 +52,8 @@ class FitScheduleToTimeCap(Callback):
                              f"min_measured ({min_measured}) >= check_every, 0 <= margin ({margin}) < 1")
         self.check_every, self.window_steps, self.min_measured, self.margin = (
             check_every, window_steps, min_measured, margin)
-        self.planned_steps: int | None = None  # the recipe's max_steps, once a fit shortened them
-        self.fitted_steps: int | None = None
+        self.planned_steps: int | None = None  # the recipe's max_steps, once the end was moved
+        self.fitted_steps: int | None = None  # where the run now ends (None: where the recipe said)
         self._paces: deque[tuple[int, float]] = deque()  # (step, training seconds elapsed)
 
     @staticmethod
@@ -72,46 +72,50 @@ class FitScheduleToTimeCap(Callback):
         return None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.fitted_steps is not None:  # resumed after a fit: the run ends where the schedule now does
+        if self.fitted_steps is not None:  # resumed after a move: the run ends where the schedule now does
             trainer.fit_loop.epoch_loop.max_steps = self.fitted_steps
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = int(trainer.global_step)
-        if step % self.check_every or trainer.max_steps is None or trainer.max_steps <= 0:
+        if self.fitted_steps is not None and step >= self.fitted_steps:
+            # a stop request, not max_steps alone: Lightning validates (and checkpoints) at the step it stops on
+            trainer.should_stop = True
+            return
+        if step % self.check_every:
             return
         timer, found = self._timer(trainer), self._schedule(trainer)
-        interval = trainer.val_check_interval  # batches between validations, when they count steps
-        if (timer is None or found is None or trainer.check_val_every_n_epoch is not None
-                or not isinstance(interval, int)):
+        if timer is None or found is None:
             return
-        interval = max(1, interval // trainer.accumulate_grad_batches)  # in optimizer steps
         scheduler, schedule = found
-        if step < schedule.warmup_steps:
+        planned = self.planned_steps if self.planned_steps is not None else trainer.max_steps
+        if planned is None or planned <= 0 or step < schedule.warmup_steps:
             return
+        taken = int(scheduler.last_epoch)  # the schedule's updates so far (one per optimizer step)
+        end = self.fitted_steps if self.fitted_steps is not None else planned
+        if self.planned_steps is None and schedule.total_steps - taken != end - step:
+            return  # a cosine that does not end with the run (its own total_steps) is left as it is
         self._paces.append((step, timer.time_elapsed()))
         while self._paces and self._paces[0][0] < step - self.window_steps:
             self._paces.popleft()
         first_step, first_elapsed = self._paces[0]
-        last, pace = -1, 0.0
+        target, pace, duration = -1, 0.0, 0.0
         if step - first_step >= self.min_measured:
             pace = (self._paces[-1][1] - first_elapsed) / (step - first_step)
-            left = timer.time_remaining() - self.margin * (timer.time_remaining() + timer.time_elapsed())
             if pace > 0:
-                last = fitted_last_step(step, pace, left, interval)
+                duration = timer.time_remaining() + timer.time_elapsed()
+                target = min(planned, reachable_step(step, pace, timer.time_remaining() - self.margin * duration))
         # every rank ends on the same step: rank 0's reading decides
-        last = int(trainer.strategy.broadcast(last, src=0))
-        taken = int(scheduler.last_epoch)  # the schedule's updates so far (one per optimizer step)
-        if last < 0 or last >= trainer.max_steps or taken + (last - step) >= schedule.total_steps:
+        target = int(trainer.strategy.broadcast(target, src=0))
+        if target < 0 or abs(target - end) <= self.check_every:
             return
-        schedule.shorten_to(taken, taken + (last - step))
-        if self.planned_steps is None:
-            self.planned_steps = int(trainer.max_steps)
-        self.fitted_steps = trainer.fit_loop.epoch_loop.max_steps = last
+        schedule.move_end(taken, taken + (target - step))
+        self.planned_steps = planned
+        self.fitted_steps = None if target == planned else target
+        trainer.fit_loop.epoch_loop.max_steps = target
         if trainer.is_global_zero:
-            log.info("the %.0f-min time cap leaves time for %d of the %d planned steps at %.2f s a step: the "
-                     "cosine now ends at step %d", (timer.time_remaining() + timer.time_elapsed()) / 60, last,
-                     self.planned_steps, pace, last)
+            log.info("at %.2f s a step the %.0f-min time cap leaves time for %d of the %d planned steps: the cosine "
+                     "now ends at step %d", pace, duration / 60, target, planned, target)
 
     def state_dict(self) -> dict[str, Any]:
         return {"planned_steps": self.planned_steps, "fitted_steps": self.fitted_steps}
@@ -122,8 +126,8 @@ class FitScheduleToTimeCap(Callback):
 
 
 def fitted_schedule(callbacks: list) -> dict | None:
-    """{"planned_steps", "steps"} when a :class:`FitScheduleToTimeCap` among ``callbacks`` shortened the run,
-    else None."""
+    """{"planned_steps", "steps"} when a :class:`FitScheduleToTimeCap` among ``callbacks`` moved the run's end
+    before the recipe's, else None."""
     for cb in callbacks:
         if isinstance(cb, FitScheduleToTimeCap) and cb.fitted_steps is not None:
             return {"planned_steps": cb.planned_steps, "steps": cb.fitted_steps}

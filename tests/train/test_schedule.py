@@ -64,24 +64,28 @@ def test_a_warmup_the_run_never_finishes_is_refused_before_anything_is_built():
 def test_a_shortened_cosine_keeps_the_next_rate_and_ends_at_the_floor_on_its_new_last_update():
     s = WarmupSchedule("cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
     next_rate = s(40)
-    s.shorten_to(40, 70)  # 40 updates taken, the cosine now ends after update 70
+    s.move_end(40, 70)  # 40 updates taken, the cosine now ends after update 70
     assert s(40) == pytest.approx(next_rate)
     assert all(s(i) > s(i + 1) for i in range(40, 70))
     assert s(69) > 0.1 + 1e-4  # the new last update still moves the weights
     assert s(70) == pytest.approx(0.1) and s(200) == pytest.approx(0.1)
-    # a second shortening squeezes what is left again, from where the curve then is
+    # a second move squeezes what is left again, from where the curve then is; a third stretches it
     at_50 = s(50)
-    s.shorten_to(50, 60)
+    s.move_end(50, 60)
     assert s(50) == pytest.approx(at_50) and s(60) == pytest.approx(0.1) and s(59) > 0.1 + 1e-4
+    at_55 = s(55)
+    s.move_end(55, 90)
+    assert s(55) == pytest.approx(at_55) and s(90) == pytest.approx(0.1) and s(89) > 0.1
+    assert all(s(i) > s(i + 1) for i in range(55, 90))
 
 
-def test_only_a_cosine_past_its_warmup_shortens_and_only_to_fewer_updates():
+def test_only_a_cosine_past_its_warmup_moves_its_end_and_only_past_the_updates_taken():
     with pytest.raises(ValueError, match="only a cosine"):
-        WarmupSchedule("noam", warmup_steps=10).shorten_to(20, 30)
+        WarmupSchedule("noam", warmup_steps=10).move_end(20, 30)
     s = WarmupSchedule("cosine", warmup_steps=10, total_steps=110)
-    for taken, total in ((5, 50), (40, 40), (40, 120)):
+    for taken, total in ((5, 50), (40, 40), (40, 39)):
         with pytest.raises(ValueError, match="cannot end the cosine"):
-            s.shorten_to(taken, total)
+            s.move_end(taken, total)
 
 
 def test_a_shortened_cosine_survives_the_scheduler_state():
@@ -91,7 +95,7 @@ def test_a_shortened_cosine_survives_the_scheduler_state():
     for _ in range(10):
         opt.step()
         sched.step()
-    sched.lr_lambdas[0].shorten_to(10, 20)
+    sched.lr_lambdas[0].move_end(10, 20)
     resumed = build_scheduler(torch.optim.AdamW([p], lr=1.0), "cosine", 4, 40, 0.0)
     resumed.load_state_dict(sched.state_dict())
     assert resumed.lr_lambdas[0].total_steps == 20
