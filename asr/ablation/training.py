@@ -108,8 +108,6 @@ def train_overrides(job: TrainJob) -> list[str]:
         overrides += [f"trainer.max_steps={job.budget_steps}", "trainer.max_epochs=-1"]
     if job.budget_minutes is not None:
         overrides.append(f"trainer.max_time={max_time_string(job.budget_minutes)}")
-        # every scheme runs the same schedule until the cap: none has its decay moved to fit its own pace
-        overrides.append("++callbacks.fit_schedule_to_time_cap=null")
     else:
         # A step budget runs to its steps: a recipe's wall-clock guard (the quickstart's) would end a run
         # short on a busy machine, and the schemes would no longer share a budget.

@@ -11,6 +11,11 @@ What it decides depends on the machine's speed, so two machines train different 
 summary says how many were planned and how many the cap left (``asr.train.run``), and a run whose steps all
 fit is untouched. The end follows the pace in both directions (never past the recipe's last step), and a
 resumed run keeps it (the schedule carries it in the scheduler's state, this callback in its own).
+
+Off unless a run asks for it (``+callbacks.fit_schedule_to_time_cap._target_=asr.train.time_fit.FitScheduleToTimeCap``
+with a ``trainer.max_time``): on the quickstart's small model, still far from converged at its cap, a decay
+squeezed into the time left read worse than the same run stopped by the cap with its rate at a fifth of the peak
+(more steps at a higher rate learn more there than the end of the decay gives; data/results/quickstart.md).
 """
 
 from __future__ import annotations
