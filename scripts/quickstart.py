@@ -66,7 +66,7 @@ from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, co
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
-from asr.train.outcome import outcome_lines, read_outcome  # noqa: E402
+from asr.train.outcome import max_time_string, outcome_lines, read_outcome  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -158,11 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     if summary_file.is_file():
         print(f"training already finished in {run_dir} (use --retrain to train again)")
     else:
-        cap = []  # the recipe's own trainer.max_time unless --train-minutes says otherwise
-        if args.train_minutes is not None:
-            minutes = int(args.train_minutes)
-            seconds = int(round((args.train_minutes - minutes) * 60))
-            cap = [f"trainer.max_time='00:{minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}'"]
+        # the recipe's own trainer.max_time unless --train-minutes says otherwise
+        cap = [] if args.train_minutes is None else [f"trainer.max_time={max_time_string(args.train_minutes)}"]
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CORPUS_STAMP).write_text(json.dumps(fingerprint, indent=2))
         run([PY, "scripts/train.py", f"experiment={recipe}", f"hydra.run.dir={run_dir}",

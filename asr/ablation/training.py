@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from asr.ablation.results import last_line
+from asr.train.outcome import max_time_string
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_MODULE = "asr.train"
@@ -83,15 +84,6 @@ class TrainOutcome:
             return f"training exceeded its timeout and was killed after {self.wall_s:.0f} s"
         tail = _error_tail(self.log_path)
         return last_line(tail) if tail.strip() else f"exit status {self.returncode}"
-
-
-def max_time_string(minutes: float) -> str:
-    """Lightning's ``max_time`` format ``DD:HH:MM:SS`` for a number of minutes."""
-    total = max(1, int(round(minutes * 60)))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    mins, secs = divmod(rest, 60)
-    return f"{days:02d}:{hours:02d}:{mins:02d}:{secs:02d}"
 
 
 def train_overrides(job: TrainJob) -> list[str]:

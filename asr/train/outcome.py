@@ -93,6 +93,15 @@ def parse_max_time(max_time) -> float | None:
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
+def max_time_string(minutes: float) -> str:
+    """Lightning's ``max_time`` format ``DD:HH:MM:SS`` for a number of minutes."""
+    total = max(1, int(round(minutes * 60)))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    mins, secs = divmod(rest, 60)
+    return f"{days:02d}:{hours:02d}:{mins:02d}:{secs:02d}"
+
+
 def read_outcome(summary: dict) -> TrainingOutcome:
     """The outcome of the run a ``train_summary.json`` (as a dict) describes."""
     if "max_steps" in summary:
@@ -126,8 +135,7 @@ def outcome_lines(outcome: TrainingOutcome, max_points: int = 6, cap_hint: str |
                  f"moved to end at step {outcome.fitted_steps} (a finished schedule on fewer steps than the "
                  "recipe's)"]
     elif outcome.stopped_by_time_cap and outcome.time_cap_s is not None:
-        lines = [f"training stopped by the {_minutes(outcome.time_cap_s)}-min time cap at {of}: a model less "
-                 f"trained than the recipe's"]
+        lines = [f"training stopped by {cap} time cap at {of}: a model less trained than the recipe's"]
     elif outcome.stopped_by_time_cap is None:
         lines = [f"training ended at {of} (what ended it is not recorded in this run's summary)"]
     else:

@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import torch
 import hydra
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint, Timer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from asr.data.cmvn import cmvn_features, load_cmvn
@@ -36,7 +36,7 @@ from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_m
 from asr.train.module import AsrLightningModule
 from asr.train.resume import AtomicCheckpointIO, newest_resumable, remove_interrupted_writes, set_aside
 from asr.train.schedule import check_schedule
-from asr.train.time_fit import fitted_schedule
+from asr.train.time_fit import cap_timer, fitted_schedule
 
 
 def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,10 +208,10 @@ def _best_checkpoint(trainer: pl.Trainer) -> tuple[str | None, float | None]:
 def time_cap(callbacks: list) -> tuple[float | None, bool]:
     """(the ``max_time`` cap in seconds, or None without one; whether it ran out) from the Trainer's
     callbacks, which hold a ``Timer`` when ``max_time`` is set."""
-    for cb in callbacks:
-        if isinstance(cb, Timer) and (remaining := cb.time_remaining()) is not None:
-            return remaining + cb.time_elapsed(), remaining <= 0
-    return None, False
+    if (timer := cap_timer(callbacks)) is None:
+        return None, False
+    remaining = timer.time_remaining()
+    return remaining + timer.time_elapsed(), remaining <= 0
 
 
 def _reasons(skipped: dict, noise: bool) -> str:

@@ -41,6 +41,14 @@ def reachable_step(step: int, seconds_per_step: float, seconds_left: float) -> i
     return step + max(1, math.floor(max(seconds_left, 0.0) / seconds_per_step))
 
 
+def cap_timer(callbacks: list) -> Timer | None:
+    """The ``Timer`` among a Trainer's ``callbacks`` that holds its ``max_time`` cap (None: no cap)."""
+    for cb in callbacks:
+        if isinstance(cb, Timer) and cb.time_remaining() is not None:
+            return cb
+    return None
+
+
 class FitScheduleToTimeCap(Callback):
     """Move the cosine's end (and the run's) to the last step ``trainer.max_time`` leaves time for.
 
@@ -60,13 +68,6 @@ class FitScheduleToTimeCap(Callback):
         self.planned_steps: int | None = None  # the recipe's max_steps, once the end was moved
         self.fitted_steps: int | None = None  # where the run now ends (None: where the recipe said)
         self._paces: deque[tuple[int, float]] = deque()  # (step, training seconds elapsed)
-
-    @staticmethod
-    def _timer(trainer: pl.Trainer) -> Timer | None:
-        for cb in trainer.callbacks:
-            if isinstance(cb, Timer) and cb.time_remaining() is not None:
-                return cb
-        return None
 
     @staticmethod
     def _schedule(trainer: pl.Trainer) -> tuple[Any, WarmupSchedule] | None:
@@ -89,7 +90,7 @@ class FitScheduleToTimeCap(Callback):
             return
         if step % self.check_every:
             return
-        timer, found = self._timer(trainer), self._schedule(trainer)
+        timer, found = cap_timer(trainer.callbacks), self._schedule(trainer)
         if timer is None or found is None:
             return
         scheduler, schedule = found
