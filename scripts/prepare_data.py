@@ -15,7 +15,7 @@ the synth train split: 7.8 vs 8.7 tokens/s, and the quickstart's dev WER fell
 faster.
 
 Usage:
-  python scripts/prepare_data.py                              # data/synth, 18 h train (~5 min)
+  python scripts/prepare_data.py                              # data/synth, 18 h train (~20 min on 2 cores)
   python scripts/prepare_data.py --train-hours 0.05 --data-dir /tmp/tiny
   python scripts/prepare_data.py --units char                 # char units instead of sentencepiece
   python scripts/prepare_data.py --probes                     # + the length probe set (5-160 s, for the ablation)

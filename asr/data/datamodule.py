@@ -46,6 +46,7 @@ from asr.data.augment import SpecAugment
 from asr.data.background import BackgroundMix
 from asr.data.buckets import BucketPadded, check_buckets
 from asr.data.curriculum import CurriculumSampler, EpochShare, check_curriculum, mixed_cuts
+from asr.data.cut_plan import DrawnLengthConstraint, DrawnLengths
 from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
@@ -132,6 +133,7 @@ class AsrDataModule(L.LightningDataModule):
         curriculum_epochs: int = 0,
         curriculum_mix: bool = False,
         curriculum_mix_train_share: float = 1.0,
+        batch_by_drawn_length: bool = False,
     ) -> None:
         super().__init__()
         if max_duration_per_utt > max_duration:
@@ -170,6 +172,9 @@ class AsrDataModule(L.LightningDataModule):
         self.seed = seed
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
         self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
+        # Bucket and cap training batches by each row's length after the epoch's draws (lead-ins, speed,
+        # background lead-ins: asr.data.cut_plan) instead of the cuts' durations.
+        self.batch_by_drawn_length = batch_by_drawn_length
         self.shar_dir = self._resolve(shar_dir) if shar_dir else None
         self.feature_store = Path(feature_store) if feature_store else None
         self._world_size, self._rank = world_size, rank
@@ -291,8 +296,15 @@ class AsrDataModule(L.LightningDataModule):
         return SkipCountingLoader(loader, self._skipped, world_size=self._dist()[0],
                                   stop_with_first_rank=stop_with_first_rank)
 
-    def _train_sampler(self, cuts: CutSet, shar: RankShardedShar | None):
-        """Duration-bucketed batches; Shar ranks hold disjoint shards, so their sampler is not sharded again."""
+    def _train_sampler(self, cuts: CutSet, shar: RankShardedShar | None, lengths: DrawnLengths | None = None,
+                       first_epoch: int = 0):
+        """Duration-bucketed batches; Shar ranks hold disjoint shards, so their sampler is not sharded again.
+        ``lengths``: bucket and cap by the planned lengths (``asr.data.cut_plan``) instead of the durations; the
+        bucket bounds are then placed on the lengths of ``first_epoch``, the first one this sampler serves."""
+        if lengths is not None:
+            lengths.set_epoch(first_epoch)
+        limits = (dict(constraint=DrawnLengthConstraint(max_duration=self.max_duration, lengths=lengths))
+                  if lengths is not None else dict(max_duration=self.max_duration))
         world, rank = self._dist()
         if shar is not None:
             world, rank = 1, 0
@@ -304,29 +316,18 @@ class AsrDataModule(L.LightningDataModule):
         if len(head) < self.num_buckets:  # Lhotse cannot estimate more buckets than cuts
             log.warning("only %d train cuts for %d buckets: sampling without bucketing", len(head), self.num_buckets)
             return DynamicCutSampler(
-                cuts, max_duration=self.max_duration, shuffle=True, drop_last=False, seed=self.seed,
-                world_size=world, rank=rank,
+                cuts, **limits, shuffle=True, drop_last=False, seed=self.seed, world_size=world, rank=rank,
             )
-        bins = estimate_duration_buckets(head, num_buckets=self.num_buckets) if shar is not None else None
+        bins = (estimate_duration_buckets(head, num_buckets=self.num_buckets, constraint=limits.get("constraint"))
+                if shar is not None else None)
         return DynamicBucketingSampler(
-            cuts, max_duration=self.max_duration, num_buckets=self.num_buckets, shuffle=True,
+            cuts, **limits, num_buckets=self.num_buckets, shuffle=True,
             drop_last=False, seed=self.seed, world_size=world, rank=rank, duration_bins=bins,
             buffer_size=self.bucket_buffer_size,
         )
 
     def train_dataloader(self) -> SkipCountingLoader:
         cuts, shar = self._train_source()
-        with _quiet_eager_warning():
-            first_cuts = self._train_source(self.curriculum_cuts)[0] if self.curriculum_cuts is not None else None
-            later_cuts, share = cuts, EpochShare(self.curriculum_mix_train_share, self.seed)
-            if self.curriculum_mix:
-                main_size, first_size = (manifest_stats(self._manifest_path(name)).cuts
-                                         for name in (self.train_cuts, self.curriculum_cuts))
-                later_cuts = mixed_cuts(share.thin(cuts), first_cuts, (round(main_size * share.share), first_size),
-                                        self.seed)
-            sampler = self._train_sampler(later_cuts, shar)
-            if first_cuts is not None:
-                sampler = CurriculumSampler(self._train_sampler(first_cuts, None), sampler, self.curriculum_epochs)
         noise = read_cuts(self._resolve(self.noise_cuts)) if self.noise_cuts else None
         background_noise = (read_cuts(self._resolve(self.background.noise_cuts))
                             if self.background.enabled and self.background.noise_cuts else None)
@@ -337,8 +338,24 @@ class AsrDataModule(L.LightningDataModule):
             lead_in_from_epoch=self.lead_in_from_epoch, background=self.background,
             background_noise_cuts=background_noise, seed=self.seed,
         )
+        # the sampler's own copy of the dataset's draws, moved to each epoch as it starts
+        lengths = DrawnLengths(dataset.planner) if self.batch_by_drawn_length else None
+        with _quiet_eager_warning():
+            first_cuts = self._train_source(self.curriculum_cuts)[0] if self.curriculum_cuts is not None else None
+            later_cuts, share = cuts, EpochShare(self.curriculum_mix_train_share, self.seed)
+            if self.curriculum_mix:
+                main_size, first_size = (manifest_stats(self._manifest_path(name)).cuts
+                                         for name in (self.train_cuts, self.curriculum_cuts))
+                later_cuts = mixed_cuts(share.thin(cuts), first_cuts, (round(main_size * share.share), first_size),
+                                        self.seed)
+            first_epochs = self.curriculum_epochs if first_cuts is not None else 0
+            sampler = self._train_sampler(later_cuts, shar, lengths, first_epoch=first_epochs)
+            if first_cuts is not None:
+                sampler = CurriculumSampler(self._train_sampler(first_cuts, None, lengths), sampler,
+                                            self.curriculum_epochs)
         listeners = [dataset.set_epoch] + ([share.set_epoch] if self.curriculum_mix else [])
         listeners += [shar.set_epoch] if shar is not None else []
+        listeners += [lengths.set_epoch] if lengths is not None else []
         source = dataset if self.frame_buckets is None else BucketPadded(dataset, self.frame_buckets, self.token_multiple)
         loader = self._loader(source, ResumableSampler(sampler, listeners), stop_with_first_rank=shar is not None)
         if self._resume_position is not None:

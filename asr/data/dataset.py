@@ -12,16 +12,16 @@ without noise and the noise cut is listed under ``noise_<reason>``.
 from __future__ import annotations
 
 import logging
-import random
 from collections import defaultdict
 
 import torch
 from lhotse import CutSet
 
 from asr.data.audio import AudioError, cut_waveform
-from asr.data.augment import CutDraws, SpecAugment, cut_draws, mix_noise, random_speed, speed_perturb
+from asr.data.augment import SpecAugment, cut_draws, mix_noise, speed_perturb
 from asr.data.background import BackgroundMix, loop_to, mix_log_mel
 from asr.data.batch import Batch
+from asr.data.cut_plan import CutPlan, CutPlanner
 from asr.data.feature_store import load_stored
 from asr.data.features import FRAME_SHIFT_S, FbankExtractor
 
@@ -41,7 +41,9 @@ class AsrDataset(torch.utils.data.Dataset):
     the cut's text (the data module has already dropped cuts whose text has no content).
 
     Augmentation draws come from each cut's own generators, seeded from ``seed``, the epoch
-    (:meth:`set_epoch`) and the cut's id (``asr.data.augment.cut_draws``)."""
+    (:meth:`set_epoch`) and the cut's id (``asr.data.augment.cut_draws``): :attr:`planner` draws speed,
+    noise, lead-in and background before anything is read (``asr.data.cut_plan``), so a sampler can
+    know each row's length; SpecAugment draws from the cut's torch generator."""
 
     def __init__(
         self,
@@ -71,24 +73,23 @@ class AsrDataset(torch.utils.data.Dataset):
         self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
         self.lead_in_from_epoch = lead_in_from_epoch
         self.background = background if background is not None else BackgroundMix()
-        self.background_lead_in_frames = round(self.background.lead_in_max_s / FRAME_SHIFT_S)
         self.background_noise_cuts = list(background_noise_cuts) if background_noise_cuts is not None else []
+        self.planner = CutPlanner(seed, speed_perturb, len(self.noise_cuts), noise_prob, snr_range_db, lead_in_prob,
+                                  self.lead_in_frames, lead_in_from_epoch, self.background)
         self._background_noise: dict[str, torch.Tensor | None] = {}  # noise cut id -> (S, F), None: unusable
         self.seed = seed
         self.epoch = 0
         self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
 
-    def _feats(self, cut, draws: CutDraws, skipped: Skipped) -> torch.Tensor | None:
+    def _feats(self, cut, plan: CutPlan, skipped: Skipped) -> torch.Tensor | None:
         """(T, F) features of one cut, or None (skipped, reason recorded) when its audio is too short.
 
         A cut from a feature store (``asr.data.feature_store``) is read from there unless this
         draw changes its waveform (a speed other than 1.0, or noise): those go the on-the-fly way.
         """
-        speed = random_speed(draws.py) if self.speed_perturb else 1.0
-        noisy = bool(self.noise_cuts) and draws.py.random() < self.noise_prob
-        if cut.has_features and speed == 1.0 and not noisy:
+        if cut.has_features and plan.speed == 1.0 and plan.noise_index is None:
             return load_stored(cut)
-        wav = self._waveform(cut, speed, draws.py if noisy else None, skipped)
+        wav = self._waveform(cut, plan, skipped)
         if wav.numel() < self.extractor.min_samples:
             log.warning("skipping cut %s: %d samples, the frontend needs %d", cut.id, wav.numel(),
                         self.extractor.min_samples)
@@ -96,13 +97,13 @@ class AsrDataset(torch.utils.data.Dataset):
             return None
         return self.extractor(wav)  # (T, F)
 
-    def _waveform(self, cut, speed: float, noise_draws: random.Random | None, skipped: Skipped) -> torch.Tensor:
-        """(n,) the cut's audio at ``speed``, mixed with noise drawn from ``noise_draws`` (None: clean)."""
+    def _waveform(self, cut, plan: CutPlan, skipped: Skipped) -> torch.Tensor:
+        """(n,) the cut's audio at the planned speed, mixed with the planned noise clip (if any)."""
         wav = cut_waveform(cut)  # (n,)
-        if speed != 1.0:
-            wav = speed_perturb(wav, speed)
-        if noise_draws is not None:
-            noise_cut = noise_draws.choice(self.noise_cuts)
+        if plan.speed != 1.0:
+            wav = speed_perturb(wav, plan.speed)
+        if plan.noise_index is not None:
+            noise_cut = self.noise_cuts[plan.noise_index]
             try:
                 noise = cut_waveform(noise_cut)
             except AudioError as err:
@@ -110,7 +111,7 @@ class AsrDataset(torch.utils.data.Dataset):
                 log.warning("noise cut %s unusable, cut %s gets no noise: %s", noise_cut.id, cut.id, err)
                 skipped.append((f"noise_{err.reason}", noise_cut.id))
             else:
-                wav = mix_noise(wav, noise, noise_draws.uniform(*self.snr_range_db))
+                wav = mix_noise(wav, noise, plan.noise_snr_db)
         return wav
 
     def silence_frame(self) -> torch.Tensor:
@@ -124,21 +125,19 @@ class AsrDataset(torch.utils.data.Dataset):
         object, so the value reaches them."""
         self.epoch = epoch
 
-    def with_lead_in(self, f: torch.Tensor, draws: random.Random) -> torch.Tensor:
-        """(T, F) -> (k + T, F): with probability ``lead_in_prob`` (drawn from ``draws``), k uniform in [1, lead_in_max_s] of
-        silent frames before the speech. A trimmed utterance starts its stream with speech, and a model
-        trained only on those learns to spend its first token on the stream's first frames: after a
-        runtime's zero padding (sherpa-onnx adds 0.5 s) that token lands in the silence, where a chunk
-        that also holds the onset sees it, and the word is lost or doubled.
+    def with_lead_in(self, f: torch.Tensor, plan: CutPlan) -> torch.Tensor:
+        """(T, F) -> (k + T, F): k = ``plan.lead_in_frames`` silent frames before the speech (drawn with
+        probability ``lead_in_prob``, uniform in [1, lead_in_max_s]). A trimmed utterance starts its stream
+        with speech, and a model trained only on those learns to spend its first token on the stream's first
+        frames: after a runtime's zero padding (sherpa-onnx adds 0.5 s) that token lands in the silence, where
+        a chunk that also holds the onset sees it, and the word is lost or doubled.
 
         Before epoch ``lead_in_from_epoch`` no lead-in is drawn: CTC trained from scratch with silence
         before most utterances stays on its all-blank plateau for longer, so a recipe can switch the
         lead-ins on once the model aligns."""
-        if self.epoch < self.lead_in_from_epoch:
+        k = plan.lead_in_frames
+        if k == 0:
             return f
-        if self.lead_in_frames < 1 or draws.random() >= self.lead_in_prob:
-            return f
-        k = draws.randint(1, self.lead_in_frames)
         return torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
 
     def _noise_features(self, noise_cut, skipped: Skipped) -> torch.Tensor | None:
@@ -160,57 +159,56 @@ class AsrDataset(torch.utils.data.Dataset):
         return self._background_noise[noise_cut.id]
 
     def with_background(self, f: torch.Tensor, speech_from: int, talkers: list[torch.Tensor], index: int,
-                        draws: random.Random, skipped: Skipped) -> torch.Tensor:
-        """(T, F) -> (k + T, F): with probability ``background.prob`` (drawn from ``draws``), a background under
+                        plan: CutPlan, skipped: Skipped) -> torch.Tensor:
+        """(T, F) -> (k + T, F): with probability ``background.prob`` (``plan.background``), a background under
         the utterance at an SNR drawn from ``background.snr_db``, playing alone for k frames (uniform in
         [0, background.lead_in_max_s]) before it, and only there without ``background.under_speech``.
         ``speech_from``: the frames of ``f`` before the speech (a silent lead-in, which the background fills
         too). The background is one of ``talkers`` (the batch's utterances before their lead-ins) other than
         ``index``, or a clip of the noise manifest, looped from a random frame (``asr.data.background``)."""
-        mix = self.background
-        if not mix.enabled or self.epoch < mix.from_epoch or draws.random() >= mix.prob:
+        drawn = plan.background
+        if drawn is None:
             return f
-        # the same number of draws whichever source is chosen: a cut's later draws do not depend on it
-        talker_draw, pick, snr_db = draws.random(), draws.random(), draws.uniform(*mix.snr_db)
-        k, start = draws.randint(0, self.background_lead_in_frames), draws.randrange(1 << 30)
+        k = drawn.lead_in_frames
         others = [j for j in range(len(talkers)) if j != index]
-        if others and (not self.background_noise_cuts or talker_draw < mix.talker_share):
-            source = talkers[others[int(pick * len(others))]]
+        if others and (not self.background_noise_cuts or drawn.talker_draw < self.background.talker_share):
+            source = talkers[others[int(drawn.pick * len(others))]]
         elif self.background_noise_cuts:
-            source = self._noise_features(self.background_noise_cuts[int(pick * len(self.background_noise_cuts))],
-                                          skipped)
+            clip = self.background_noise_cuts[int(drawn.pick * len(self.background_noise_cuts))]
+            source = self._noise_features(clip, skipped)
         else:
             source = None  # a batch of one utterance and no noise manifest
         if source is None:
             return f
         f = torch.cat([self.silence_frame().to(f.dtype).expand(k, -1), f])
-        mixed = mix_log_mel(f, loop_to(source.to(f.dtype), f.shape[0], start), snr_db, speech_from + k,
+        mixed = mix_log_mel(f, loop_to(source.to(f.dtype), f.shape[0], drawn.start), drawn.snr_db, speech_from + k,
                             floor=self.silence_frame())
-        if not mix.under_speech:
+        if not self.background.under_speech:
             mixed[speech_from + k:] = f[speech_from + k:]  # the background stops where the speech starts
         return mixed
 
     def __getitem__(self, cuts: CutSet) -> tuple[Batch, Skipped, float]:
-        read = []  # (features with their lead-in (T, F), frames of lead-in, draws, cut, text)
+        read = []  # (features with their lead-in (T, F), frames of lead-in, plan, draws, cut, text)
         skipped: Skipped = []
         seconds = 0.0
         for cut in cuts:
             draws = cut_draws(self.seed, self.epoch, cut.id)
+            plan = self.planner.draw(draws.py, self.epoch)
             try:
-                f = self._feats(cut, draws, skipped)  # (T, F)
+                f = self._feats(cut, plan, skipped)  # (T, F)
             except AudioError as err:
                 log.warning("skipping cut %s: %s", cut.id, err)
                 skipped.append((err.reason, cut.id))
                 continue
             if f is None:
                 continue
-            led = self.with_lead_in(f, draws.py)
-            read.append((led, led.shape[0] - f.shape[0], draws, cut, cut_text(cut)))
+            led = self.with_lead_in(f, plan)
+            read.append((led, led.shape[0] - f.shape[0], plan, draws, cut, cut_text(cut)))
             seconds += cut.duration
         talkers = [f[lead:] for f, lead, *_ in read]  # the batch's utterances without their lead-ins
         feats, tokens, keys, texts = [], [], [], []
-        for index, (f, lead, draws, cut, text) in enumerate(read):
-            f = self.with_background(f, lead, talkers, index, draws.py, skipped)
+        for index, (f, lead, plan, draws, cut, text) in enumerate(read):
+            f = self.with_background(f, lead, talkers, index, plan, skipped)
             if self.spec_augment is not None:
                 f = self.spec_augment(f, draws.torch)
             feats.append(f)

@@ -174,10 +174,11 @@ def test_sentencepiece_untokenizable_text(bad_corpus, spm_dir, lazy):
     assert dm._has_content(dm.tokenizer.encode("hello")) and not dm._has_content(dm.tokenizer.encode("中文"))
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_dir, workers):
+@pytest.mark.parametrize("workers, drawn", [(0, False), (1, False), (1, True)])
+def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_dir, workers, drawn):
     """lead_in_from_epoch=1: the first epoch reads every utterance as it is, the second puts silence
-    before each; the epoch reaches the dataset through the sampler's set_epoch, worker processes included."""
+    before each; the epoch reaches the dataset through the sampler's set_epoch, worker processes included
+    (and, batched by drawn length, the sampler's planned lengths: asr.data.cut_plan)."""
     import lightning as L
 
     class Probe(L.LightningModule):
@@ -194,7 +195,8 @@ def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_d
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    dm = _dm(tiny_corpus, spm_dir, num_workers=workers, lead_in_prob=1.0, lead_in_max_s=0.3, lead_in_from_epoch=1)
+    dm = _dm(tiny_corpus, spm_dir, num_workers=workers, lead_in_prob=1.0, lead_in_max_s=0.3, lead_in_from_epoch=1,
+             batch_by_drawn_length=drawn)
     probe = Probe()
     trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -206,6 +208,10 @@ def test_lead_ins_start_at_their_epoch_in_the_loaders_workers(tiny_corpus, spm_d
     for key, frames in first.items():
         assert abs(frames - round(clean[key].duration * 100)) <= 2  # no lead-in: the utterance's own frames
         assert 1 <= second[key] - frames <= 30  # then 1 to 30 silent frames before it
+    if drawn:  # the sampler planned the lead-ins the workers drew
+        planner = dm.train_dataloader().dataset.planner
+        for key, frames in second.items():
+            assert frames - first[key] == planner.plan(key, 1).frames_added()
 
 
 def test_lead_in_from_epoch_must_not_be_negative(tiny_corpus, spm_dir):

@@ -74,10 +74,10 @@ def test_a_lead_in_puts_the_frontends_frames_of_exact_zeros_before_the_speech(tm
 def test_lead_in_lengths_cover_every_frame_count_from_one_to_the_maximum(tmp_path):
     import random
 
-    speech, _ = _speech_and_noise(tmp_path)
     dataset = AsrDataset(_FixedTokenizer(), FbankExtractor(), lead_in_prob=1.0, lead_in_max_s=0.03)  # 3 frames
     f = torch.zeros(5, 80)  # (T, F)
-    drawn = {dataset.with_lead_in(f, random.Random(i)).size(0) - f.size(0) for i in range(200)}
+    drawn = {dataset.with_lead_in(f, dataset.planner.draw(random.Random(i), epoch=0)).size(0) - f.size(0)
+             for i in range(200)}
     assert drawn == {1, 2, 3}  # one frame is a lead-in too
     one = AsrDataset(_FixedTokenizer(), FbankExtractor(), lead_in_prob=1.0, lead_in_max_s=0.01)
-    assert one.with_lead_in(f, random.Random(0)).size(0) == f.size(0) + 1
+    assert one.with_lead_in(f, one.planner.draw(random.Random(0), epoch=0)).size(0) == f.size(0) + 1

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import asr.data.cut_plan as cut_plan_module
 import asr.data.dataset as dataset_module
 from asr.data.augment import SpecAugment
 from asr.data.audio import cut_waveform
@@ -102,7 +103,7 @@ def test_speed_perturbation_and_spec_augment_on_stored_cuts(store, spm_dir, monk
     monkeypatch.setattr(dataset_module, "load_stored", lambda cut: reads.append(cut.id) or load_stored(cut))
     for speed, expect_store in ((1.0, True), (1.1, False)):
         reads.clear()
-        monkeypatch.setattr(dataset_module, "random_speed", lambda rng: speed)
+        monkeypatch.setattr(cut_plan_module, "random_speed", lambda rng: speed)
         ds = AsrDataset(tokenizer, FbankExtractor(), speed_perturb=True)
         batch, skipped, _ = ds[cuts]
         assert skipped == []
@@ -112,7 +113,7 @@ def test_speed_perturbation_and_spec_augment_on_stored_cuts(store, spm_dir, monk
             assert lens == [f.shape[0] for f in stored]
         else:  # played 1.1x faster: fewer frames, computed from the audio
             assert all(n < f.shape[0] for n, f in zip(lens, stored))
-    monkeypatch.setattr(dataset_module, "random_speed", lambda rng: 1.0)
+    monkeypatch.setattr(cut_plan_module, "random_speed", lambda rng: 1.0)
     torch.manual_seed(0)
     batch, _, _ = AsrDataset(tokenizer, FbankExtractor(), spec_augment=SpecAugment())[cuts]
     masked = batch.feats[0, : stored[0].shape[0]]
