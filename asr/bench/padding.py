@@ -37,13 +37,27 @@ class EpochPadding:
         return seconds / self.batches if self.batches else 0.0
 
 
-def epoch_padding(datamodule, epoch: int) -> EpochPadding:
-    """The padding of ``epoch`` of ``datamodule``'s training loader (its sampler and its dataset's planner)."""
+# Each way of batching: its name in the tables, and its data.batch_by_drawn_length
+BATCHINGS = {"duration": False, "drawn length": True}
+
+
+def batching_override(drawn: bool) -> str:
+    return f"data.batch_by_drawn_length={str(drawn).lower()}"
+
+
+def epoch_paddings(datamodule, epochs: list[int]) -> dict[int, EpochPadding]:
+    """The padding of each of ``epochs`` of ``datamodule``'s training loader (its sampler and its dataset's
+    planner; the loader is built once)."""
     loader = datamodule.train_dataloader()
-    sampler = loader.sampler  # asr.data.loader.ResumableSampler
-    sampler.set_epoch(epoch)
     dataset = loader.dataset  # an AsrDataset, or asr.data.buckets.BucketPadded around one
-    lengths = DrawnLengths(getattr(dataset, "dataset", dataset).planner, epoch)
+    planner = getattr(dataset, "dataset", dataset).planner
+    return {epoch: _epoch_padding(loader.sampler, planner, epoch) for epoch in epochs}
+
+
+def _epoch_padding(sampler, planner, epoch: int) -> EpochPadding:
+    """``sampler`` (an ``asr.data.loader.ResumableSampler``) through ``epoch``, rows measured by ``planner``."""
+    sampler.set_epoch(epoch)
+    lengths = DrawnLengths(planner, epoch)
     batches = rows = 0
     speech = made = padded = largest = 0.0
     for cuts in sampler:
@@ -113,8 +127,8 @@ def interleaved_step_cost(overrides: list[str], epoch: int, steps: int, warmup: 
     from asr.bench.train_step import build_training, make_optimizer, take, train_step
 
     runs = {}
-    for drawn in (False, True):
-        cfg = recipe_config([*overrides, f"data.batch_by_drawn_length={str(drawn).lower()}"])
+    for drawn in BATCHINGS.values():
+        cfg = recipe_config([*overrides, batching_override(drawn)])
         torch.manual_seed(cfg.seed)
         datamodule, module, _, _ = build_training(cfg)
         loader = datamodule.train_dataloader()
@@ -135,7 +149,7 @@ def interleaved_step_cost(overrides: list[str], epoch: int, steps: int, warmup: 
             if i >= warmup:
                 costs[drawn].cpu_s.append(time.process_time() - start)
                 costs[drawn].padded_s.append(batch.feats.size(0) * batch.feats.size(1) * FRAME_SHIFT_S)
-    return {"drawn length" if drawn else "duration": cost for drawn, cost in costs.items()}
+    return {name: costs[drawn] for name, drawn in BATCHINGS.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,11 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of train.py (experiment=..., data.data_dir=...)")
     args = parser.parse_args(argv)
     epochs = [int(e) for e in args.epochs.split(",")]
-    results = {}
-    for drawn in (False, True):
-        name = "drawn length" if drawn else "duration"
-        datamodule = recipe_datamodule([*args.overrides, f"data.batch_by_drawn_length={str(drawn).lower()}"])
-        results[name] = {epoch: epoch_padding(datamodule, epoch) for epoch in epochs}
+    results = {name: epoch_paddings(recipe_datamodule([*args.overrides, batching_override(drawn)]), epochs)
+               for name, drawn in BATCHINGS.items()}
     print(padding_table(results))
     for epoch in epochs:
         plain, drawn = results["duration"][epoch], results["drawn length"][epoch]

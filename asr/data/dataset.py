@@ -64,20 +64,14 @@ class AsrDataset(torch.utils.data.Dataset):
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)
         self.tokenizer = tokenizer
         self.extractor = extractor
-        self.speed_perturb = speed_perturb
         self.spec_augment = spec_augment
         self.noise_cuts = list(noise_cuts) if noise_cuts is not None else []
-        self.noise_prob = noise_prob
-        self.snr_range_db = snr_range_db
-        self.lead_in_prob = lead_in_prob
-        self.lead_in_frames = round(lead_in_max_s / FRAME_SHIFT_S)
-        self.lead_in_from_epoch = lead_in_from_epoch
         self.background = background if background is not None else BackgroundMix()
         self.background_noise_cuts = list(background_noise_cuts) if background_noise_cuts is not None else []
+        # every draw that decides what a row holds and how long it is (the seed included)
         self.planner = CutPlanner(seed, speed_perturb, len(self.noise_cuts), noise_prob, snr_range_db, lead_in_prob,
-                                  self.lead_in_frames, lead_in_from_epoch, self.background)
+                                  round(lead_in_max_s / FRAME_SHIFT_S), lead_in_from_epoch, self.background)
         self._background_noise: dict[str, torch.Tensor | None] = {}  # noise cut id -> (S, F), None: unusable
-        self.seed = seed
         self.epoch = 0
         self._silence: torch.Tensor | None = None  # (F,) the frontend's frame of digital silence
 
@@ -192,7 +186,7 @@ class AsrDataset(torch.utils.data.Dataset):
         skipped: Skipped = []
         seconds = 0.0
         for cut in cuts:
-            draws = cut_draws(self.seed, self.epoch, cut.id)
+            draws = cut_draws(self.planner.seed, self.epoch, cut.id)
             plan = self.planner.draw(draws.py, self.epoch)
             try:
                 f = self._feats(cut, plan, skipped)  # (T, F)

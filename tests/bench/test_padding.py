@@ -2,7 +2,7 @@
 
 import pytest
 
-from asr.bench.padding import epoch_padding, main, padding_table, recipe_datamodule
+from asr.bench.padding import epoch_paddings, main, padding_table, recipe_datamodule
 from asr.data.manifest import read_cuts
 from asr.data.tokenizer import write_char_units
 
@@ -17,8 +17,8 @@ def overrides(tiny_corpus, tmp_path_factory):
 
 
 def test_lead_ins_pad_duration_batches_and_drawn_length_batches_count_them(overrides):
-    plain = {e: epoch_padding(recipe_datamodule([*overrides, "data.batch_by_drawn_length=false"]), e) for e in (0, 1)}
-    drawn = {e: epoch_padding(recipe_datamodule([*overrides, "data.batch_by_drawn_length=true"]), e) for e in (0, 1)}
+    plain = epoch_paddings(recipe_datamodule([*overrides, "data.batch_by_drawn_length=false"]), [0, 1])
+    drawn = epoch_paddings(recipe_datamodule([*overrides, "data.batch_by_drawn_length=true"]), [0, 1])
     assert plain[0] == drawn[0]  # no lead-in before epoch 1: the same batches
     assert plain[0].rows_s == pytest.approx(plain[0].speech_s)
     assert plain[1].rows == drawn[1].rows and plain[1].speech_s == pytest.approx(drawn[1].speech_s)  # every cut once
