@@ -15,7 +15,8 @@ Steps (each one reuses what earlier runs left):
     evaluation only), and the capture split (the test utterances through a browser's or a
     network's capture paths: resampling, gain control, noise suppression, telephone, MP3,
     clipping; evaluation only), and the CMVN of the recipe's fbank (cmvn_sherpa.json:
-    sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn);
+    sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn builds the
+    training's feature store first and reads the stats from it);
  2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
     and then the clean copies beside half of the room copies, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 4560 steps,

@@ -17,6 +17,7 @@ from lhotse import CutSet
 from tqdm import tqdm
 
 from asr.data.audio import AudioError, cut_waveform
+from asr.data.feature_store import load_stored
 from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
 
 
@@ -26,10 +27,17 @@ class _FeatureStream(torch.utils.data.IterableDataset):
     Worker w of W extracts items w, w + W, ...; the DataLoader takes them round-robin,
     so the main process sees the cuts in stream order. Each worker reads the (lazy)
     manifest itself: only cut metadata crosses process boundaries, never a cut list.
+    ``stored``: the cuts carry their features (a feature store's manifest), read instead of computed.
     """
 
-    def __init__(self, cuts: Iterable, total: int, max_cuts: int | None, extractor: FbankExtractor) -> None:
-        self.cuts, self.total, self.max_cuts, self.extractor = cuts, total, max_cuts, extractor
+    def __init__(self, cuts: Iterable, total: int, max_cuts: int | None, extractor: FbankExtractor,
+                 stored: bool = False) -> None:
+        self.cuts, self.total, self.max_cuts, self.extractor, self.stored = cuts, total, max_cuts, extractor, stored
+
+    def _frames(self, cut) -> torch.Tensor:
+        if self.stored:
+            return load_stored(cut)
+        return self.extractor(cut_waveform(cut))
 
     def __iter__(self) -> Iterator[torch.Tensor | None]:
         info = torch.utils.data.get_worker_info()
@@ -38,7 +46,7 @@ class _FeatureStream(torch.utils.data.IterableDataset):
             if i % workers != worker:
                 continue
             try:
-                yield self.extractor(cut_waveform(cut))  # (T, F)
+                yield self._frames(cut)  # (T, F)
             except AudioError:
                 yield None
 
@@ -60,7 +68,7 @@ def evenly_spread(items: Iterable, total: int, keep: int | None) -> Iterator:
 
 def compute_cmvn(
     cuts: CutSet | list, extractor: FbankExtractor | None = None, max_cuts: int | None = None, num_workers: int = 2,
-    total: int | None = None,
+    total: int | None = None, stored: bool = False,
 ) -> dict:
     """Mean and inverse std of every feature frame of `cuts` (float64 accumulation).
 
@@ -70,14 +78,17 @@ def compute_cmvn(
     grow with it); ``total``, its number of cuts, spares the counting pass a lazy set
     otherwise needs. Unreadable cuts are skipped and counted in the returned "skipped" entry.
     ``extractor`` defaults to the training frontend with ``LEGACY`` options; its options are
-    recorded in the returned "features" entry.
+    recorded in the returned "features" entry. ``stored``: ``cuts`` is a feature store's manifest
+    built by ``extractor`` (``asr.data.feature_store``), whose frames are read instead of computed
+    again (the store keeps them in float32, as computed: the same statistics).
     """
     extractor = extractor or FbankExtractor(backend=TRAINING_BACKEND)
     if total is None:
         total = sum(1 for _ in cuts) if getattr(cuts, "is_lazy", False) else len(cuts)
     selected = min(total, max_cuts) if max_cuts else total
+    # stored frames are read in this process: handing a tensor over from a worker costs more than reading it
     loader = torch.utils.data.DataLoader(
-        _FeatureStream(cuts, total, max_cuts, extractor), batch_size=None, num_workers=num_workers,
+        _FeatureStream(cuts, total, max_cuts, extractor, stored), batch_size=None, num_workers=0 if stored else num_workers,
         collate_fn=lambda x: x,
     )
     total_sum = torch.zeros(extractor.num_mel_bins, dtype=torch.float64)

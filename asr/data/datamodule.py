@@ -244,6 +244,13 @@ class AsrDataModule(L.LightningDataModule):
             return read_store(store, lazy=lazy), store
         return read_cuts(path, lazy=lazy), path  # relative audio paths resolve against the manifest's folder
 
+    def stored_train_cuts(self) -> CutSet | None:
+        """The training manifest's cuts with their stored fbank, lazy (the store is built first, as training
+        builds it, when it is not current); None without a feature store."""
+        if self.train_cuts not in self._stored_splits():
+            return None
+        return self._read_split(self.train_cuts, lazy=True)[0]
+
     def _eval_cuts(self, cuts_file: str) -> CutSet:
         """A small split in memory, text-checked (no duration filter)."""
         if cuts_file not in self._eval_cache:

@@ -332,12 +332,13 @@ def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str]
     A recipe may choose its own fbank preset and stats file (the quickstart experiment: ``features=sherpa``,
     ``data.cmvn_file=cmvn_sherpa.json``), which ``prepare_data.py`` does not write; a driver that starts many
     runs (the ablation) calls this once before them instead of letting every run fail on the missing file.
+    A run with a feature store (``data.feature_store``) gets its store built here, as training would build it,
+    and the stats read from it: the fbank of the training cuts is computed once, not once more for the stats.
     Returns the stats path (existing stats are left alone: training checks their options).
     """
     from hydra import compose, initialize_config_dir
 
     from asr.data.cmvn import compute_cmvn, save_cmvn
-    from asr.data.features import FbankExtractor, training_backend
     from asr.data.manifest import manifest_stats, read_cuts
 
     with initialize_config_dir(config_dir=str(repository_conf_dir()), version_base="1.3"):
@@ -346,11 +347,15 @@ def ensure_run_cmvn(data_dir: str | Path, overrides: tuple[str, ...] | list[str]
     path = cmvn_file if cmvn_file.is_absolute() else Path(data_dir) / cmvn_file
     if path.is_file():
         return path
-    features = FeatureConfig.from_dict(OmegaConf.to_container(cfg.features, resolve=True))
     train_cuts = Path(data_dir) / cfg.data.train_cuts
     if not train_cuts.is_file():
         raise FileNotFoundError(f"{train_cuts} is missing: build the corpus first (scripts/prepare_data.py).")
-    print(f"computing {path.name} for the run's fbank options (once; at most {max_cuts} training cuts)")
-    stats = compute_cmvn(read_cuts(train_cuts, lazy=True), FbankExtractor(features, training_backend(features)),
-                         max_cuts=max_cuts, total=manifest_stats(train_cuts).cuts)
+    # the data module training builds: its extractor, and its feature store when the run has one
+    datamodule = instantiate(cfg.data, world_size=1, rank=0, features=run_features(cfg).to_dict())
+    stored = datamodule.stored_train_cuts()
+    print(f"computing {path.name} for the run's fbank options (once; at most {max_cuts} training cuts"
+          f"{', read from the feature store' if stored is not None else ''})")
+    cuts = stored if stored is not None else read_cuts(train_cuts, lazy=True)
+    stats = compute_cmvn(cuts, datamodule.extractor, max_cuts=max_cuts, total=manifest_stats(train_cuts).cuts,
+                         stored=stored is not None)
     return save_cmvn(stats, path)
