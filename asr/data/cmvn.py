@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 from lhotse import CutSet
 from tqdm import tqdm
@@ -21,12 +23,28 @@ from asr.data.feature_store import load_stored
 from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
 
 
+class _FrameSums(NamedTuple):
+    """One cut's feature frames, summed (float64): what the statistics accumulate."""
+
+    sum: np.ndarray  # (F,)
+    squares: np.ndarray  # (F,) sum of squares
+    frames: int
+
+
+def frame_sums(feats: torch.Tensor) -> _FrameSums:
+    """(T, F) features -> their float64 sums per bin. numpy's pairwise sums on one thread, so a worker
+    process and the main process give the same bits."""
+    f64 = feats.numpy().astype(np.float64)
+    return _FrameSums(f64.sum(axis=0), (f64 * f64).sum(axis=0), f64.shape[0])
+
+
 class _FeatureStream(torch.utils.data.IterableDataset):
-    """Fbank features (T, F) of every k-th cut of a stream, or None for an unreadable cut.
+    """The frame sums of every k-th cut of a stream, or None for an unreadable cut.
 
     Worker w of W extracts items w, w + W, ...; the DataLoader takes them round-robin,
     so the main process sees the cuts in stream order. Each worker reads the (lazy)
-    manifest itself: only cut metadata crosses process boundaries, never a cut list.
+    manifest itself: only cut metadata crosses process boundaries, never a cut list, and
+    only the sums come back (a feature tensor handed over from a worker costs more than its fbank).
     ``stored``: the cuts carry their features (a feature store's manifest), read instead of computed.
     """
 
@@ -39,14 +57,14 @@ class _FeatureStream(torch.utils.data.IterableDataset):
             return load_stored(cut)
         return self.extractor(cut_waveform(cut))
 
-    def __iter__(self) -> Iterator[torch.Tensor | None]:
+    def __iter__(self) -> Iterator[_FrameSums | None]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for i, cut in enumerate(evenly_spread(self.cuts, self.total, self.max_cuts)):
             if i % workers != worker:
                 continue
             try:
-                yield self._frames(cut)  # (T, F)
+                yield frame_sums(self._frames(cut))  # of (T, F)
             except AudioError:
                 yield None
 
@@ -86,27 +104,25 @@ def compute_cmvn(
     if total is None:
         total = sum(1 for _ in cuts) if getattr(cuts, "is_lazy", False) else len(cuts)
     selected = min(total, max_cuts) if max_cuts else total
-    # stored frames are read in this process: handing a tensor over from a worker costs more than reading it
     loader = torch.utils.data.DataLoader(
-        _FeatureStream(cuts, total, max_cuts, extractor, stored), batch_size=None, num_workers=0 if stored else num_workers,
+        _FeatureStream(cuts, total, max_cuts, extractor, stored), batch_size=None, num_workers=num_workers,
         collate_fn=lambda x: x,
     )
-    total_sum = torch.zeros(extractor.num_mel_bins, dtype=torch.float64)
-    total_sq = torch.zeros_like(total_sum)
+    total_sum = np.zeros(extractor.num_mel_bins, dtype=np.float64)
+    total_sq = np.zeros_like(total_sum)
     frames, skipped, seen = 0, 0, 0
-    for feats in tqdm(loader, total=selected, desc="cmvn", unit="utt"):
+    for sums in tqdm(loader, total=selected, desc="cmvn", unit="utt"):
         seen += 1
-        if feats is None or feats.shape[0] == 0:
+        if sums is None or sums.frames == 0:
             skipped += 1
             continue
-        f64 = feats.to(torch.float64)
-        total_sum += f64.sum(0)
-        total_sq += (f64 * f64).sum(0)
-        frames += f64.shape[0]
+        total_sum += sums.sum
+        total_sq += sums.squares
+        frames += sums.frames
     if frames == 0:
         raise ValueError(f"no feature frames in {seen} cuts ({skipped} unreadable)")
-    mean = total_sum / frames
-    var = (total_sq / frames - mean * mean).clamp_min(1e-10)
+    mean = torch.from_numpy(total_sum / frames)
+    var = (torch.from_numpy(total_sq / frames) - mean * mean).clamp_min(1e-10)
     return {"mean": mean.tolist(), "istd": var.rsqrt().tolist(), "frames": frames, "skipped": skipped,
             "features": extractor.config.to_dict()}
 
