@@ -23,7 +23,7 @@ from asr.data.feature_store import load_stored
 from asr.data.features import TRAINING_BACKEND, FbankExtractor, FeatureConfig
 
 
-class _FrameSums(NamedTuple):
+class FrameSums(NamedTuple):
     """One cut's feature frames, summed (float64): what the statistics accumulate."""
 
     sum: np.ndarray  # (F,)
@@ -31,11 +31,11 @@ class _FrameSums(NamedTuple):
     frames: int
 
 
-def frame_sums(feats: torch.Tensor) -> _FrameSums:
+def frame_sums(feats: torch.Tensor) -> FrameSums:
     """(T, F) features -> their float64 sums per bin. numpy's pairwise sums on one thread, so a worker
     process and the main process give the same bits."""
     f64 = feats.numpy().astype(np.float64)
-    return _FrameSums(f64.sum(axis=0), (f64 * f64).sum(axis=0), f64.shape[0])
+    return FrameSums(f64.sum(axis=0), (f64 * f64).sum(axis=0), f64.shape[0])
 
 
 class _FeatureStream(torch.utils.data.IterableDataset):
@@ -54,10 +54,12 @@ class _FeatureStream(torch.utils.data.IterableDataset):
 
     def _frames(self, cut) -> torch.Tensor:
         if self.stored:
+            if not cut.has_features:  # the store's build could not read its audio: skipped, as it is from audio
+                raise AudioError(f"cut {cut.id} has no stored features", "no_stored_features")
             return load_stored(cut)
         return self.extractor(cut_waveform(cut))
 
-    def __iter__(self) -> Iterator[_FrameSums | None]:
+    def __iter__(self) -> Iterator[FrameSums | None]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for i, cut in enumerate(evenly_spread(self.cuts, self.total, self.max_cuts)):

@@ -1,6 +1,7 @@
 """ensure_run_cmvn: a driver computes the stats its runs' fbank preset reads, once, and leaves stats alone."""
 
 import json
+from pathlib import Path
 
 from asr.data.cmvn import cmvn_features
 from asr.data.features import LEGACY, PRESETS
@@ -29,6 +30,11 @@ def test_stats_of_a_run_with_a_feature_store_are_read_from_the_store_it_trains_o
     from asr.data.manifest import read_cuts
 
     corpus = make_tiny_corpus(tmp_path / "corpus", n_train=6, n_eval=1)
+    # one cut's audio unreadable: the store keeps it without features, and the stats skip it as from audio
+    first = next(iter(read_cuts(corpus / "cuts_train.jsonl.gz")))
+    broken = Path(first.recording.sources[0].source)
+    broken = broken if broken.is_absolute() else corpus / broken
+    broken.write_bytes(b"not audio")
     store = tmp_path / "store"
     run = ["features=floor", "data.cmvn_file=cmvn_floor.json", f"data.feature_store={store}"]
     # audio the stats read (in their loader's worker processes, hence a file): none, the store's build only
@@ -51,3 +57,4 @@ def test_stats_of_a_run_with_a_feature_store_are_read_from_the_store_it_trains_o
     stats = json.loads(path.read_text())
     again = compute_cmvn(read_cuts(corpus / "cuts_train.jsonl.gz"), extractor, max_cuts=4, num_workers=0)
     assert json.loads(json.dumps(again)) == stats and len(computed.read_text().split()) == 4
+    assert stats["skipped"] == 1 and stats["frames"] > 0
