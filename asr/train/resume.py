@@ -168,3 +168,44 @@ def set_aside(paths: list[Path]) -> list[Path]:
         os.replace(path, target)
         moved.append(target)
     return moved
+
+
+def keep_logged_rows(loggers: list, resume_step: int) -> int:
+    """Keep the CSV log's rows of the steps before ``resume_step`` across a resume; returns how many.
+
+    Lightning's CSV logger deletes an existing ``metrics.csv`` when its writer starts, so a resumed run
+    in the same folder would lose its learning curve up to the checkpoint. Here the rows logged before
+    the checkpoint's step are read first, the writer is started (which deletes the file) and they are
+    written back through it: the resumed run's rows then follow them. Rows from the checkpoint's step on
+    were logged by the interrupted run after its checkpoint, and are logged again by the resumed run.
+    Only the first process writes logs (the others' writer is a stand-in).
+    """
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    kept = 0
+    for logger in loggers:
+        if not isinstance(logger, CSVLogger):
+            continue
+        path = Path(logger.log_dir) / "metrics.csv"
+        if not path.is_file():
+            continue
+        with path.open(newline="", errors="replace") as f:
+            rows = [row for row in csv.DictReader(f) if _logged_step(row) < resume_step]
+        writer = logger.experiment  # started now: the old file is gone
+        if not hasattr(writer, "save"):  # not the first process
+            continue
+        # a row cut short by a kill has missing fields (None) or spilled ones (under the key None)
+        writer.metrics = [{k: v for k, v in row.items() if k is not None and v not in ("", None)} for row in rows]
+        writer.save()
+        kept += len(rows)
+    return kept
+
+
+def _logged_step(row: dict) -> float:
+    """A CSV log row's step; infinity for a row whose step does not read (cut short by a kill): not kept."""
+    try:
+        return float(row.get("step") or "inf")
+    except (TypeError, ValueError):
+        return float("inf")

@@ -34,7 +34,8 @@ from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, Stre
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
-from asr.train.resume import AtomicCheckpointIO, newest_resumable, remove_interrupted_writes, set_aside
+from asr.train.resume import (AtomicCheckpointIO, keep_logged_rows, newest_resumable, remove_interrupted_writes,
+                              set_aside, training_state_problem)
 from asr.train.schedule import check_schedule
 from asr.train.time_fit import cap_timer, fitted_schedule
 
@@ -272,6 +273,8 @@ def train(cfg: DictConfig) -> dict:
                              features=features.to_dict())
     module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path, finetune_from)
 
+    if ckpt_path is not None:  # the learning curve up to the checkpoint stays in the CSV log
+        keep_logged_rows(loggers, training_state_problem(Path(ckpt_path))[1])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
     best_path, best_score = _best_checkpoint(trainer)

@@ -208,3 +208,33 @@ def test_a_run_with_sherpa_features_records_them(corpus, tmp_path):
     model, _, saved = load_model(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert FeatureConfig.from_dict(saved.features) == SHERPA
     assert torch.allclose(model.encoder.cmvn_mean, torch.tensor(json.loads((tmp_path / "cmvn_sherpa.json").read_text())["mean"]))
+
+
+def test_a_resumed_run_keeps_its_csv_log_up_to_the_checkpoint(corpus, tmp_path):
+    import csv
+
+    out = tmp_path / "run"
+
+    def run(max_epochs, resume):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", overrides=[*tiny_overrides(corpus, out), f"trainer.max_epochs={max_epochs}",
+                                              f"resume={str(resume).lower()}"])
+        return train(cfg)
+
+    def logged():
+        with (out / "csv" / "metrics.csv").open(newline="") as f:
+            return [(int(float(r["step"])), r.get("val_wer", "") != "") for r in csv.DictReader(f)]
+
+    first = run(1, False)
+    before = logged()
+    assert before and first["global_step"] >= 2
+    with (out / "csv" / "metrics.csv").open("a") as f:
+        f.write("0,0.001")  # a row cut short by a kill: dropped, and the resume goes on
+    second = run(first["epochs"] + 2, True)
+    after = logged()
+    assert second["resumed_from"] and second["global_step"] > first["global_step"]
+    assert after[:len(before)] == before  # the first run's rows, all before its checkpoint's step
+    assert [step for step, _ in after[len(before):]] and min(step for step, _ in after[len(before):]) >= first["global_step"]
+    # the first run's validation is kept beside the resumed run's, each step's once
+    validated = [step for step, val in after if val]
+    assert len(validated) > sum(val for _, val in before) >= 1 and len(set(validated)) == len(validated)
