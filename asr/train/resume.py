@@ -16,6 +16,7 @@ Two things make ``resume=true`` continue it whatever the moment was:
 
 from __future__ import annotations
 
+import csv
 import os
 import warnings
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from asr.train.checkpoint_file import PROBLEMS, CheckpointError, check_file
+from asr.train.outcome import CSV_METRICS_FILE
 
 TEMP_MARK = ".partial-"
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint set aside by a resume: not a *.ckpt, so never a candidate again
@@ -180,15 +183,11 @@ def keep_logged_rows(loggers: list, resume_step: int) -> int:
     were logged by the interrupted run after its checkpoint, and are logged again by the resumed run.
     Only the first process writes logs (the others' writer is a stand-in).
     """
-    import csv
-
-    from lightning.pytorch.loggers import CSVLogger
-
     kept = 0
     for logger in loggers:
         if not isinstance(logger, CSVLogger):
             continue
-        path = Path(logger.log_dir) / "metrics.csv"
+        path = Path(logger.log_dir) / CSV_METRICS_FILE
         if not path.is_file():
             continue
         with path.open(newline="", errors="replace") as f:
