@@ -30,9 +30,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from asr.train.checkpoint_file import PROBLEMS, CheckpointError, check_file
 from asr.train.outcome import CSV_METRICS_FILE
 
-TEMP_MARK = ".partial-"
+TEMP_MARK = ".partial-"  # a write in progress (or one a kill interrupted): never a candidate
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint set aside by a resume: not a *.ckpt, so never a candidate again
-DAMAGED = ("truncated", "empty", "unreadable")  # CheckpointError kinds of a file a write or a disk cut short  # a write in progress (or one a kill interrupted): never a candidate
+DAMAGED = ("truncated", "empty", "unreadable")  # CheckpointError kinds of a file a write or a disk cut short
 # What Lightning stores in a checkpoint it can resume from; an averaged checkpoint has only weights.
 TRAINING_STATE_KEYS = ("optimizer_states", "loops", "global_step")
 
