@@ -48,10 +48,11 @@ def validation_is_scheduled(trainer: pl.Trainer) -> bool | None:
 class TopKAndLastCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` whose ``last.ckpt`` (``save_last=True``) is refreshed at every validation.
 
-    Top-k files written by a validation that only a stop made (see the module's docstring) are recorded in
-    the callback's state, and a resume drops them from the top k. The top-k rule is Lightning's own. The refresh is skipped when this validation already
+    The top-k rule is Lightning's own. The refresh is skipped when this validation already
     saved (the parent then wrote ``last.ckpt`` itself), during the sanity check, in ``validate()``,
     under ``fast_dev_run``, and in runs that checkpoint at train-epoch end (the parent handles those).
+    Top-k files written by a validation that only a stop made (see the module's docstring) are recorded
+    in the callback's state, and a resume drops them from the top k.
     """
 
     def __init__(self, *args, **kwargs) -> None:
