@@ -64,7 +64,7 @@ class CheckpointError(ValueError):
     def __init__(self, path: str | Path, kind: str, detail: str = "") -> None:
         if kind not in PROBLEMS:
             raise ValueError(f"checkpoint problem {kind!r} must be one of {', '.join(PROBLEMS)}")
-        self.path, self.kind = str(path), kind
+        self.path, self.kind, self.detail = str(path), kind, detail
         head = PROBLEMS[kind].format(path=repr(str(path)))
         super().__init__(f"{head}: {detail}" if detail else head)
 

@@ -28,7 +28,7 @@ from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.compile import CompileConfig
-from asr.train.checkpoint_file import CheckpointError, check_file
+from asr.train.checkpoint_file import CheckpointError
 from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, StreamingConfig, from_group,
                               repository_conf_dir)
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
@@ -64,13 +64,19 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str
     newest whole training checkpoint of the run folder (:func:`asr.train.resume.newest_resumable`:
     ``last.ckpt`` unless a kill or a full disk cut it short), said in a line; None for a fresh start.
 
-    Raises ``CheckpointError`` (one line) for an explicit file that is not whole, or a run folder whose
-    checkpoints are none of them usable.
+    Raises ``CheckpointError`` (one line) for an explicit file that is not whole or holds no training
+    state, or a run folder whose checkpoints are none of them usable. Either is refused here, before
+    any logger starts: Lightning's CSV logger deletes the run folder's ``metrics.csv`` when it starts.
     """
     if ckpt_path:
         if not Path(ckpt_path).is_file():
             raise FileNotFoundError(f"ckpt_path {ckpt_path!r} does not exist.")
-        check_file(ckpt_path)
+        problem, _ = training_state_problem(Path(ckpt_path))
+        if problem is not None and problem.kind == "not_ours":
+            raise CheckpointError(ckpt_path, "not_ours", f"{problem.detail}; ckpt_path resumes a training run, "
+                                  f"init_from={ckpt_path} starts a new one from its weights")
+        if problem is not None:
+            raise problem
         return str(ckpt_path)
     if not resume:
         return None

@@ -109,6 +109,20 @@ def test_average_of_top_k_is_the_mean_and_loads(trained, tmp_path):
             assert torch.allclose(v, (a[k] + b[k]) / 2, atol=1e-6)
 
 
+def test_an_averaged_model_as_ckpt_path_is_refused_before_the_run_folder_is_touched(trained, tmp_path):
+    from asr.train.checkpoint_file import CheckpointError
+
+    cfg, summary, out = trained
+    avg = write_averaged_checkpoint([p for p, _ in top_k_checkpoints(out, 2)], tmp_path / "avg.ckpt")
+    curve = (out / "csv" / "metrics.csv").read_bytes()
+    resumed = cfg.copy()
+    resumed.ckpt_path = str(avg)
+    # the CSV logger deletes metrics.csv when it starts, so the refusal comes before any logger
+    with pytest.raises(CheckpointError, match=re.escape(f"init_from={avg} starts a new one")):
+        train(resumed)
+    assert (out / "csv" / "metrics.csv").read_bytes() == curve
+
+
 def test_average_checkpoints_script_writes_loadable_average(trained, tmp_path, capsys):
     cfg, summary, out = trained
     written = average_to_file(run_dir=out, num=2, out=tmp_path / "avg2.ckpt")
