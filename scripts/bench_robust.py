@@ -14,6 +14,9 @@ Usage (from the repository root):
         --cuts data/synth/cuts_test.jsonl.gz --out-json data/results/robust.json
     python scripts/bench_robust.py --checkpoint CKPT --kinds babble,music --snrs 20,10 --sessions 0
     python scripts/bench_robust.py --checkpoint CKPT --server-args "--vad none"
+    python scripts/bench_robust.py --checkpoint CKPT --sessions 0 --out-json a.json --plot a.png
+
+--plot draws WER against SNR per background (scripts/plot_robust.py draws several reports side by side).
 
 --sessions 0 measures sentences alone only (minutes); sessions go through a child server on
 127.0.0.1 (unpaced by default: WER and endpoints are decided on stream time), bounded by
@@ -66,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--server-args", default="", help='extra scripts/serve.py arguments, one string: "--vad none"')
     p.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates (default 1000)")
     p.add_argument("--out-json", help="write the report here")
+    p.add_argument("--plot", help="also draw WER against SNR per background into this PNG")
     return p.parse_args(argv)
 
 
@@ -76,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from asr.decode.options import set_threads
 
     set_threads(args.threads)
+    reports: list[dict] = []
 
     def run(log):
         config = RobustConfig(
@@ -85,9 +90,16 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed, mode=args.mode, chunk_size=args.chunk_size, left_chunks=args.left_chunks,
             speed=args.speed, concurrency=args.concurrency, server_args=tuple(shlex.split(args.server_args)),
             max_seconds=args.max_seconds, replicates=args.replicates)
-        return run_robust(config, log=log)
+        reports.append(run_robust(config, log=log))
+        return reports[-1]
 
-    return run_and_report(run, format_tables, args.out_json)
+    code = run_and_report(run, format_tables, args.out_json)
+    if code == 0 and args.plot:
+        from asr.bench.robust_plot import plot_wer_against_snr
+
+        written = plot_wer_against_snr([(Path(args.checkpoint).name, reports[0])], args.plot)
+        print(f"plot: {written}" if written else "plot: not drawn (no background row)", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

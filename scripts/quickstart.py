@@ -40,7 +40,7 @@ Steps (each one reuses what earlier runs left):
     (~1 min) into decode/live_test/live.json, and the robustness benchmark
     (scripts/bench_robust.py) on 40 test sentences alone under babble (with flite), music,
     pink noise at 20 and 10 dB SNR and a room, backgrounds no training generator made, into
-    decode/robust_test/robust.json;
+    decode/robust_test/robust.json (and robust.png, WER against SNR);
  6. print a summary table: WER per mode (read from those summary.json files; the live rows:
     session WER, and the same sentences sent alone; the robust rows: WER per background and level),
     where checkpoints, logs and results are, time;
@@ -95,24 +95,29 @@ def live_bench(ckpt: Path, out_dir: Path, data_dir: Path, threads: int) -> dict:
 
 # Sentences alone under the robustness benchmark's own backgrounds (babble only with flite, which reads it)
 ROBUST_UTTERANCES, ROBUST_SNRS, ROBUST_RT60S = 40, "20,10", "0.6"
+ROBUST_PLOT = "robust.png"  # WER against SNR, beside robust.json
 
 
 def robust_bench(ckpt: Path, out_dir: Path, data_dir: Path, threads: int) -> dict:
     """The robustness benchmark on ROBUST_UTTERANCES test sentences alone (no sessions: the live bench has
-    them), or the report a run with the same checkpoint left in ``out_dir``."""
+    them), or the report a run with the same checkpoint left in ``out_dir``; drawn as WER against SNR
+    into ``out_dir``/ROBUST_PLOT."""
+    from asr.bench.robust_plot import plot_wer_against_snr
     from asr.synth.xengine import flite_path
 
     done = out_dir / "robust.json"
     report = reusable_report(done, ckpt)
     if report is not None:
         print(f"robustness results of {ckpt.name} found in {out_dir}")
-        return report
-    kinds = ("babble," if flite_path() else "") + "music,pink,reverb"
-    run([PY, "scripts/bench_robust.py", "--checkpoint", str(ckpt), "--cuts", str(data_dir / "cuts_test.jsonl.gz"),
-         "--kinds", kinds, "--snrs", ROBUST_SNRS, "--rt60s", ROBUST_RT60S, "--utterances", str(ROBUST_UTTERANCES),
-         "--sessions", "0", "--threads", str(threads), "--out-json", str(done)],
-        "robustness (test sentences under babble, music, noise and a room the training never made)")
-    return json.loads(done.read_text())
+    else:
+        kinds = ("babble," if flite_path() else "") + "music,pink,reverb"
+        run([PY, "scripts/bench_robust.py", "--checkpoint", str(ckpt), "--cuts", str(data_dir / "cuts_test.jsonl.gz"),
+             "--kinds", kinds, "--snrs", ROBUST_SNRS, "--rt60s", ROBUST_RT60S, "--utterances", str(ROBUST_UTTERANCES),
+             "--sessions", "0", "--threads", str(threads), "--out-json", str(done)],
+            "robustness (test sentences under babble, music, noise and a room the training never made)")
+        report = json.loads(done.read_text())
+    plot_wer_against_snr([(ckpt.parents[1].name, report)], out_dir / ROBUST_PLOT)
+    return report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -223,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"checkpoint  : {ckpt}")
     print(f"logs        : {', '.join(train_summary['log_dirs'])}  (tensorboard --logdir {run_dir})")
     print(f"results     : {results}/<split>_<context>[_lm]/summary.json")
+    if (plot := results / "robust_test" / ROBUST_PLOT).is_file():
+        print(f"robust plot : {plot} (WER against SNR per background)")
     print(f"LMs         : {lms[0]} (token n-gram; decode.py --lm), {lms[1]} (word n-gram and lexicon; "
           f"--word-lm), both from the train transcripts")
     if not has_xengine:

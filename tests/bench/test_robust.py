@@ -9,6 +9,7 @@ import pytest
 
 from asr.bench import backgrounds as bg
 from asr.bench.robust import Condition, RobustConfig, conditions, format_tables, mixed, run_robust, summary_row
+from asr.bench.robust_plot import plot_wer_against_snr, wer_by_kind
 from asr.data.features import SAMPLE_RATE
 
 SR = SAMPLE_RATE
@@ -159,6 +160,9 @@ def test_a_tiny_model_reads_sentences_alone_under_every_condition(tmp_path):
     assert "sessions" not in report
     assert format_tables(report).count("| white@10dB |") == 1
     assert summary_row(report)["worst_session_difference"] is None
+    by_kind, clean = wer_by_kind(report)  # a real report plots: every background, each at its levels
+    assert sorted(by_kind) == sorted({c.split("@")[0] for c in report["conditions"]} - {"clean"})
+    assert clean is not None and plot_wer_against_snr([("tiny", report)], tmp_path / "robust.png").is_file()
 
 
 @pytest.mark.slow
