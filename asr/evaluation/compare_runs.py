@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from asr.ablation.stats import (DEFAULT_REPLICATES, PairedDifference, align_records, paired_difference,
                                 seeded_paired_difference)
 
