@@ -34,8 +34,8 @@ from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, Stre
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
-from asr.train.resume import (AtomicCheckpointIO, keep_logged_rows, newest_resumable, remove_interrupted_writes,
-                              set_aside, training_state_problem)
+from asr.train.resume import (AtomicCheckpointIO, ResumePoint, keep_logged_rows, newest_resumable,
+                              remove_interrupted_writes, set_aside, training_state_problem)
 from asr.train.schedule import check_schedule
 from asr.train.time_fit import cap_timer, fitted_schedule
 
@@ -59,10 +59,11 @@ def cmvn_for_features(path: str | Path, features: FeatureConfig) -> tuple[torch.
 
 
 
-def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str | None:
-    """The checkpoint to resume from: explicit ``ckpt_path`` (checked whole), else with ``resume`` the
-    newest whole training checkpoint of the run folder (:func:`asr.train.resume.newest_resumable`:
-    ``last.ckpt`` unless a kill or a full disk cut it short), said in a line; None for a fresh start.
+def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> ResumePoint | None:
+    """The checkpoint to resume from, with its step: explicit ``ckpt_path`` (checked whole), else with
+    ``resume`` the newest whole training checkpoint of the run folder
+    (:func:`asr.train.resume.newest_resumable`: ``last.ckpt`` unless a kill or a full disk cut it short),
+    said in a line; None for a fresh start.
 
     Raises ``CheckpointError`` (one line) for an explicit file that is not whole or holds no training
     state, or a run folder whose checkpoints are none of them usable. Either is refused here, before
@@ -71,13 +72,13 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str
     if ckpt_path:
         if not Path(ckpt_path).is_file():
             raise FileNotFoundError(f"ckpt_path {ckpt_path!r} does not exist.")
-        problem, _ = training_state_problem(Path(ckpt_path))
+        problem, step = training_state_problem(Path(ckpt_path))
         if problem is not None and problem.kind == "not_ours":
             raise CheckpointError(ckpt_path, "not_ours", f"{problem.detail}; ckpt_path resumes a training run, "
                                   f"init_from={ckpt_path} starts a new one from its weights")
         if problem is not None:
             raise problem
-        return str(ckpt_path)
+        return ResumePoint(Path(ckpt_path), step)
     if not resume:
         return None
     folder = out_dir / "checkpoints"
@@ -90,7 +91,7 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: bool, out_dir: Path) -> str
     print("\n".join(point.lines()))
     for damaged, aside in zip(point.damaged, set_aside(point.damaged)):
         print(f"resume: moved {damaged} aside to {aside.name} (the run writes its checkpoints afresh)")
-    return str(point.path)
+    return point
 
 
 def fit_validation_to_steps(trainer_cfg: DictConfig) -> str | None:
@@ -263,7 +264,8 @@ def train(cfg: DictConfig) -> dict:
 
     check_schedule(from_group(SchedulerConfig, cfg.optim.scheduler), cfg.trainer.get("max_steps", -1))
     # Before anything is built: a run folder with nothing usable to resume from is refused at once.
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
+    resume_point = resolve_ckpt_path(cfg.get("ckpt_path"), bool(cfg.get("resume")), out_dir)
+    ckpt_path = None if resume_point is None else str(resume_point.path)
     finetune_from = finetune_start(cfg)
     features = finetune_from[1].features if finetune_from is not None else run_features(cfg)
     callbacks = _instantiate_all(cfg.get("callbacks"))
@@ -279,8 +281,8 @@ def train(cfg: DictConfig) -> dict:
                              features=features.to_dict())
     module = build_module(cfg, datamodule.tokenizer, datamodule.cmvn_path, finetune_from)
 
-    if ckpt_path is not None:  # the learning curve up to the checkpoint stays in the CSV log
-        keep_logged_rows(loggers, training_state_problem(Path(ckpt_path))[1])
+    if resume_point is not None:  # the learning curve up to the checkpoint stays in the CSV log
+        keep_logged_rows(loggers, resume_point.global_step)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
     best_path, best_score = _best_checkpoint(trainer)

@@ -154,14 +154,15 @@ def test_averaging_needs_an_output_for_explicit_checkpoints_and_something_to_ave
 
 def test_resume_flag_picks_last_checkpoint(tmp_path):
     from asr.train.checkpoint_file import CheckpointError
-    from asr.train.resume import write_atomically
+    from asr.train.resume import ResumePoint, write_atomically
     from asr.train.run import resolve_ckpt_path
 
     assert resolve_ckpt_path(None, True, tmp_path) is None  # nothing to resume yet
     last = write_atomically({"global_step": 4, "optimizer_states": [], "loops": {}, "state_dict": {}},
                             tmp_path / "checkpoints" / "last.ckpt")
-    assert resolve_ckpt_path(None, True, tmp_path) == str(last)
+    assert resolve_ckpt_path(None, True, tmp_path) == ResumePoint(last, 4)
     assert resolve_ckpt_path(None, False, tmp_path) is None
+    assert resolve_ckpt_path(str(last), False, tmp_path) == ResumePoint(last, 4)  # explicit, with its step
     with pytest.raises(FileNotFoundError, match="nope.ckpt"):
         resolve_ckpt_path(str(tmp_path / "nope.ckpt"), False, tmp_path)
     last.write_bytes(last.read_bytes()[:100])  # an explicit checkpoint cut short: one line, before anything runs
