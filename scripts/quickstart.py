@@ -2,7 +2,7 @@
 
 Usage (from the repository root):
     python scripts/quickstart.py                  # everything, about 75 minutes on a 2-core CPU
-    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 4560 steps)
+    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 5320 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
 
@@ -19,7 +19,7 @@ Steps (each one reuses what earlier runs left):
     training's feature store first and reads the stats from it);
  2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
     and then the clean copies beside half of the room copies, for the default profile;
-    experiment=quickstart for a profile without clean copies) with scripts/train.py: 4560 steps,
+    experiment=quickstart for a profile without clean copies) with scripts/train.py: 5320 steps,
     ~48 min on 2 idle cores, capped by the recipe's trainer.max_time (55 min) or --train-minutes,
     into exp/quickstart_rel_xl, resuming an
     interrupted run there; skipped when that run finished; a run of another corpus or recipe (its
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="wall-clock cap on training (default: the recipe's trainer.max_time, 55 min for the "
-                             "room recipe, whose 4560 steps take about 48 min on 2 idle cores, 35 for the clean one; "
+                             "room recipe, whose 5320 steps take about 48 min on 2 idle cores, 35 for the clean one; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
