@@ -66,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=8, help="connections at once (default 8)")
     p.add_argument("--piece-ms", type=float, default=100.0, help="audio per WebSocket frame in ms (default 100)")
     p.add_argument("--max-seconds", type=float, default=1800.0, help="wall-time cap on the whole run (default 1800)")
+    p.add_argument("--server-start-s", type=float, default=120.0,
+                   help="seconds the server child may take to start (default 120; more on a loaded machine)")
     p.add_argument("--server-args", default="",
                    help='extra scripts/serve.py arguments, one string: "--threads 2", or --server-args=--flag alone')
     p.add_argument("--out-json", help="write the report (figures, settings, every session's finals) here")
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             sentences=args.sentences, backgrounds=tuple(b.strip() for b in args.backgrounds.split(",") if b.strip()),
             seed=args.seed, timing=Timing(args.lead_in_s, args.pause_s, args.tail_s), speed=args.speed,
             concurrency=args.concurrency, piece_s=args.piece_ms / 1000, max_seconds=args.max_seconds,
-            server_args=tuple(shlex.split(args.server_args)))
+            server_args=tuple(shlex.split(args.server_args)), server_start_s=args.server_start_s)
         return run_live(config, log=log)
 
     return run_and_report(run, format_table, args.out_json)

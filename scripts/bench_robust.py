@@ -66,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--speed", type=float, default=0.0, help="session pace, times real time (default 0: unpaced)")
     p.add_argument("--concurrency", type=int, default=4, help="connections at once (default 4)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="wall-time cap on the sessions (default 3600)")
+    p.add_argument("--server-start-s", type=float, default=120.0,
+                   help="seconds the server child may take to start (default 120; more on a loaded machine)")
     p.add_argument("--server-args", default="", help='extra scripts/serve.py arguments, one string: "--vad none"')
     p.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates (default 1000)")
     p.add_argument("--out-json", help="write the report here")
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             rt60s_s=args.rt60s, utterances=args.utterances, sessions=args.sessions, sentences=args.sentences,
             seed=args.seed, mode=args.mode, chunk_size=args.chunk_size, left_chunks=args.left_chunks,
             speed=args.speed, concurrency=args.concurrency, server_args=tuple(shlex.split(args.server_args)),
-            max_seconds=args.max_seconds, replicates=args.replicates)
+            max_seconds=args.max_seconds, replicates=args.replicates, server_start_s=args.server_start_s)
         reports.append(run_robust(config, log=log))
         return reports[-1]
 

@@ -79,9 +79,15 @@ class LiveConfig:
 
     def __post_init__(self) -> None:
         check_backgrounds(self.backgrounds)
-        if self.speed < 0 or self.concurrency < 1 or self.piece_s <= 0 or self.max_seconds <= 0:
+        if (self.speed < 0 or self.concurrency < 1 or self.piece_s <= 0 or self.max_seconds <= 0
+                or self.server_start_s <= 0):
             raise ValueError(f"speed ({self.speed}) must be >= 0, concurrency ({self.concurrency}) >= 1, "
-                             f"piece_s ({self.piece_s}) and max_seconds ({self.max_seconds}) > 0")
+                             f"piece_s ({self.piece_s}), max_seconds ({self.max_seconds}) and server_start_s "
+                             f"({self.server_start_s}) > 0")
+
+
+class ServerStartError(RuntimeError):
+    """The server child did not say where it serves within its start time (it failed, or the machine is slow)."""
 
 
 @contextmanager
@@ -102,7 +108,9 @@ def serve_process(checkpoint: str, server_args: tuple[str, ...], max_connections
                 proc.wait()
                 log.seek(0)
                 tail = " | ".join(log.read().strip().splitlines()[-2:])
-                raise RuntimeError(f"the server (asr.cli.serve) did not start ({line.strip() or 'no output'}): {tail}")
+                raise ServerStartError(f"the server (asr.cli.serve) did not start within {start_timeout_s:g} s "
+                                       f"({line.strip() or 'no output'}): {tail or 'nothing on stderr'}; a loaded "
+                                       "machine may need a longer --server-start-s")
             yield line.split()[2]
         finally:
             if proc.poll() is None:

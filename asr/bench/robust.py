@@ -97,6 +97,7 @@ class RobustConfig:
     server_args: tuple[str, ...] = ()
     max_seconds: float = 3600.0
     replicates: int = 1000
+    server_start_s: float = 120.0
 
     def __post_init__(self) -> None:
         conditions(self.kinds, self.snrs_db, self.rt60s_s)
@@ -105,6 +106,8 @@ class RobustConfig:
         if self.utterances < 1 or self.sessions < 0 or self.sentences < 1:
             raise ValueError(f"utterances ({self.utterances}) and sentences ({self.sentences}) must be >= 1, "
                              f"sessions ({self.sessions}) >= 0")
+        if self.server_start_s <= 0:
+            raise ValueError(f"server_start_s ({self.server_start_s}) must be > 0")
 
 
 def _rng(seed: int, kind: str, index: int) -> np.random.Generator:
@@ -195,7 +198,8 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
             used = [Sentence(s.cut_id, s.text, mixed(s.audio, condition, config.seed, i)) for i, s in enumerate(used)]
         plans_of[condition] = plan_sessions(used, config.sessions, config.sentences, config.seed, config.timing)
         longest = max(longest, max(p.samples for p in plans_of[condition]) / SAMPLE_RATE)
-    with serve_process(config.checkpoint, config.server_args, config.concurrency + 1, longest + 10.0) as uri:
+    with serve_process(config.checkpoint, config.server_args, config.concurrency + 1, longest + 10.0,
+                       config.server_start_s) as uri:
         for condition in rows:
             if time.monotonic() >= deadline:
                 out[condition.name] = {"not_run": f"max_seconds ({config.max_seconds:g}) spent"}
@@ -253,7 +257,14 @@ def run_robust(config: RobustConfig, log=print) -> dict:
                                     progress=lambda name: bar.update(1))
     report["alone_seconds"] = time.monotonic() - started
     if config.sessions:
-        report["sessions"] = run_sessions_per_condition(config, sentences, rows, log)
+        from asr.bench.live import ServerStartError
+
+        try:
+            report["sessions"] = run_sessions_per_condition(config, sentences, rows, log)
+        except ServerStartError as err:
+            # the sentences alone (often most of the run's time) stay in the report; every session row says why
+            log(f"sessions not run: {err}")
+            report["sessions"] = {c.name: {"not_run": str(err)} for c in rows}
     report["wall_s"] = time.monotonic() - started
     return report
 

@@ -136,7 +136,7 @@ def test_conditions_and_mixing():
     assert np.array_equal(a, mixed(speech, Condition("music", 10.0), 0, 3))
 
 
-def _tiny_run(tmp_path, sessions: int):
+def _tiny_run(tmp_path, sessions: int, server_args: tuple[str, ...] = ()):
     from tests.bench.noise_cuts import write_noise_cuts
     from tests.serve.helpers import save_checkpoint
 
@@ -144,7 +144,7 @@ def _tiny_run(tmp_path, sessions: int):
                           kinds=("white", "reverb"), snrs_db=(10.0,), rt60s_s=(0.3,), utterances=3,
                           sessions=sessions, sentences=3, chunk_size=4, left_chunks=2, mode="ctc_greedy",
                           concurrency=4, max_seconds=120.0, replicates=50,
-                          server_args=("--chunk-size", "4", "--left-chunks", "2", "--beam", "2"))
+                          server_args=("--chunk-size", "4", "--left-chunks", "2", "--beam", "2", *server_args))
     report = run_robust(config, log=lambda line: None)
     json.dumps(report)
     assert report["conditions"] == ["clean", "white@10dB", "reverb@0.3s"]
@@ -163,6 +163,22 @@ def test_a_tiny_model_reads_sentences_alone_under_every_condition(tmp_path):
     by_kind, clean = wer_by_kind(report)  # a real report plots: every background, each at its levels
     assert sorted(by_kind) == sorted({c.split("@")[0] for c in report["conditions"]} - {"clean"})
     assert clean is not None and plot_wer_against_snr([("tiny", report)], tmp_path / "robust.png").is_file()
+
+
+def test_a_server_that_does_not_start_leaves_the_sentences_alone_in_the_report(tmp_path):
+    report = _tiny_run(tmp_path, sessions=1, server_args=("--no-such-option",))
+    assert set(report["sessions"]) == set(report["conditions"])
+    for row in report["sessions"].values():
+        assert row["not_run"].startswith("the server (asr.cli.serve) did not start within 120 s")
+        assert "--no-such-option" in row["not_run"]  # the server's own complaint, from its stderr
+    table = format_tables(report)
+    assert table.count("| white@10dB | not run: the server") == 1 and table.count("| white@10dB |") == 2
+    assert summary_row(report)["worst_session_difference"] is None
+
+
+def test_the_server_start_time_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="server_start_s"):
+        RobustConfig(checkpoint="x", cuts="y", server_start_s=0.0)
 
 
 @pytest.mark.slow
