@@ -178,6 +178,15 @@ def _sentence_errors(refs: list[str], texts: list[str], spans: list[tuple[float,
     return list(alignment.sentence_errors), alignment.errors - substituted_or_deleted
 
 
+def finals_per_session(details: list[dict], worded: bool = False) -> float | None:
+    """Finals the server sent a session (``details``: run_sessions' per-session records), or only those
+    with words: an endpoint in talk that the VAD's segment end then follows sends an empty final (as
+    Wenet's server does), and the finals with words are the sentences a user sees. None: no session."""
+    if not details:
+        return None
+    return sum(bool(f["text"].strip()) or not worded for d in details for f in d["finals"]) / len(details)
+
+
 def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], rows: list[Condition],
                                log=print) -> dict:
     """Every condition's live sessions through one server (see the module docstring)."""
@@ -219,7 +228,8 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
                     alone_inserted += ins
                 words += [len(r.split()) for r in d["refs"]]
             row = {"sessions": summary["sessions"], "failed_sessions": summary["failed_sessions"],
-                   "finals_per_session": (sum(len(d["finals"]) for d in details) / len(details)) if details else None,
+                   "finals_per_session": finals_per_session(details),
+                   "worded_finals_per_session": finals_per_session(details, worded=True),
                    "gaps": summary["gaps"], "gaps_fused": summary["gaps_fused"], "gaps_late": summary["gaps_late"],
                    "inserted_words": inserted, "alone_inserted_words": alone_inserted}
             if words:
@@ -273,6 +283,11 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}"
 
 
+def _finals(x: float | None) -> str:
+    """Finals a session, or '-' in a report written before the count existed."""
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _interval(b: dict) -> str:
     return f"{_pct(b['wer'])} [{_pct(b['low'])}, {_pct(b['high'])}]"
 
@@ -293,15 +308,16 @@ def format_tables(report: dict) -> str:
         per = report["config"]["sentences"]
         lines += ["", f"Live sessions through the server ({per} sentences each):", "",
                   "| condition | sessions | session WER % | alone WER % | session - alone [95% CI] | "
-                  f"finals / session ({per} sentences) | fused gaps | inserted words: session / alone |",
+                  f"finals / session ({per} sentences; with words) | fused gaps | inserted words: session / alone |",
                   "|---|---|---|---|---|---|---|---|"]
         for name in report["conditions"]:
             s = sessions.get(name, {"not_run": "missing"})
             if "not_run" in s or "session" not in s:
                 lines.append(f"| {name} | not run: {s.get('not_run', s.get('failed_sessions'))} |" + " |" * 6)
                 continue
+            finals = f"{s['finals_per_session']:.2f}; {_finals(s.get('worded_finals_per_session'))}"
             lines.append(f"| {name} | {s['sessions']} | {_interval(s['session'])} | {_interval(s['alone'])} | "
-                         f"{_diff(s['difference'])} | {s['finals_per_session']:.2f} | {s['gaps_fused']}/{s['gaps']} | "
+                         f"{_diff(s['difference'])} | {finals} | {s['gaps_fused']}/{s['gaps']} | "
                          f"{s['inserted_words']} / {s['alone_inserted_words']} |")
     return "\n".join(lines)
 

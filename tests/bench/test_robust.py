@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from asr.bench import backgrounds as bg
-from asr.bench.robust import Condition, RobustConfig, conditions, format_tables, mixed, run_robust, summary_row
+from asr.bench.robust import (Condition, RobustConfig, conditions, finals_per_session, format_tables, mixed,
+                              run_robust, summary_row)
 from asr.bench.robust_plot import plot_wer_against_snr, wer_by_kind
 from asr.data.features import SAMPLE_RATE
 
@@ -176,6 +177,22 @@ def test_a_server_that_does_not_start_leaves_the_sentences_alone_in_the_report(t
     assert summary_row(report)["worst_session_difference"] is None
 
 
+def test_finals_count_every_final_and_apart_those_with_words():
+    details = [{"finals": [{"text": "a b"}, {"text": " "}, {"text": "c"}]}, {"finals": [{"text": ""}]}]
+    assert finals_per_session(details) == 2.0 and finals_per_session(details, worded=True) == 1.0
+    assert finals_per_session([]) is None and finals_per_session([], worded=True) is None
+    row = {"sessions": 2, "failed_sessions": {}, "finals_per_session": 2.0, "worded_finals_per_session": 1.0,
+           "gaps": 8, "gaps_fused": 0, "gaps_late": 0, "inserted_words": 1, "alone_inserted_words": 0,
+           "session": {"wer": 0.2, "low": 0.1, "high": 0.3}, "alone": {"wer": 0.2, "low": 0.1, "high": 0.3},
+           "difference": {"difference": 0.0, "low": -0.1, "high": 0.1}}
+    report = {"config": {"sentences": 5}, "conditions": ["clean"],
+              "alone": {"clean": {"wer": 0.2, "low": 0.1, "high": 0.3}}, "sessions": {"clean": row}}
+    assert "| 2.00; 1.00 | 0/8 |" in format_tables(report)
+    # a report written before the count existed still prints
+    del row["worded_finals_per_session"]
+    assert "| 2.00; - | 0/8 |" in format_tables(report)
+
+
 def test_the_server_start_time_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="server_start_s"):
         RobustConfig(checkpoint="x", cuts="y", server_start_s=0.0)
@@ -188,5 +205,6 @@ def test_sessions_through_a_real_server(tmp_path):
         session = report["sessions"][name]
         assert session["sessions"] == 1 and session["failed_sessions"] == {} and session["gaps"] == 2
         assert session["session"]["words"] == 5 and session["finals_per_session"] >= 1
+        assert 0 <= session["worded_finals_per_session"] <= session["finals_per_session"]
     assert format_tables(report).count("| white@10dB |") == 2
     assert summary_row(report)["worst_session_difference"] is not None
