@@ -44,6 +44,7 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from asr.bench.live import SERVER_START_S
     from asr.bench.live_sessions import BACKGROUNDS
     from asr.decode.options import add_checkpoint_argument
 
@@ -66,8 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=8, help="connections at once (default 8)")
     p.add_argument("--piece-ms", type=float, default=100.0, help="audio per WebSocket frame in ms (default 100)")
     p.add_argument("--max-seconds", type=float, default=1800.0, help="wall-time cap on the whole run (default 1800)")
-    p.add_argument("--server-start-s", type=float, default=120.0,
-                   help="seconds the server child may take to start (default 120; more on a loaded machine)")
+    p.add_argument("--server-start-s", type=float, default=SERVER_START_S,
+                   help=f"seconds the server child may take to start (default {SERVER_START_S:g}; more on a "
+                        "loaded machine)")
     p.add_argument("--server-args", default="",
                    help='extra scripts/serve.py arguments, one string: "--threads 2", or --server-args=--flag alone')
     p.add_argument("--out-json", help="write the report (figures, settings, every session's finals) here")

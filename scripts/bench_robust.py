@@ -42,6 +42,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from asr.bench.backgrounds import KINDS
+    from asr.bench.live import SERVER_START_S
     from asr.bench.robust import RT60S_S, SNRS_DB
     from asr.decode.batch import MODES
     from asr.decode.options import add_checkpoint_argument, add_chunk_arguments, add_threads_argument
@@ -66,8 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--speed", type=float, default=0.0, help="session pace, times real time (default 0: unpaced)")
     p.add_argument("--concurrency", type=int, default=4, help="connections at once (default 4)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="wall-time cap on the sessions (default 3600)")
-    p.add_argument("--server-start-s", type=float, default=120.0,
-                   help="seconds the server child may take to start (default 120; more on a loaded machine)")
+    p.add_argument("--server-start-s", type=float, default=SERVER_START_S,
+                   help=f"seconds the server child may take to start (default {SERVER_START_S:g}; more on a "
+                        "loaded machine)")
     p.add_argument("--server-args", default="", help='extra scripts/serve.py arguments, one string: "--vad none"')
     p.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates (default 1000)")
     p.add_argument("--out-json", help="write the report here")

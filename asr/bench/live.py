@@ -58,6 +58,11 @@ from asr.bench.live_score import Final, Heard, Word, score_alone, score_session,
 from asr.cli import child_env
 from asr.data.features import SAMPLE_RATE
 
+# Seconds a server child may take to say where it serves: importing torch and loading a model and the VAD
+# take seconds on an idle machine, minutes at low priority beside a training run.
+SERVER_START_S = 120.0
+
+
 @dataclass(frozen=True)
 class LiveConfig:
     """What to run; see the module docstring. ``server_args``: extra ``scripts/serve.py`` arguments."""
@@ -75,7 +80,7 @@ class LiveConfig:
     piece_s: float = 0.1
     max_seconds: float = 1800.0
     server_args: tuple[str, ...] = ()
-    server_start_s: float = 120.0
+    server_start_s: float = SERVER_START_S
 
     def __post_init__(self) -> None:
         check_backgrounds(self.backgrounds)
@@ -92,7 +97,7 @@ class ServerStartError(RuntimeError):
 
 @contextmanager
 def serve_process(checkpoint: str, server_args: tuple[str, ...], max_connections: int, max_backlog_s: float,
-                  start_timeout_s: float = 120.0):
+                  start_timeout_s: float = SERVER_START_S):
     """The server (``asr.cli.serve``) as a child process on 127.0.0.1 and a free port; yields its ws:// URI.
     ``server_args`` come last, so they override the bench's own limits."""
     cmd = [sys.executable, "-m", "asr.cli.serve", "--checkpoint", checkpoint, "--host", "127.0.0.1", "--port", "0",

@@ -36,6 +36,7 @@ import torch
 from asr.ablation.stats import paired_difference, wer_interval
 from asr.bench.backgrounds import (ADDITIVE_KINDS, KINDS, additive, at_snr, reverberate, room_impulse,
                                    speech_power, white)
+from asr.bench.live import SERVER_START_S, LiveConfig, ServerStartError, run_sessions, serve_process
 from asr.bench.live_score import Word, align
 from asr.bench.live_sessions import ALONE_LEAD_S, ALONE_TAIL_S, Sentence, Timing, load_sentences, plan_sessions
 from asr.data.features import SAMPLE_RATE
@@ -97,7 +98,7 @@ class RobustConfig:
     server_args: tuple[str, ...] = ()
     max_seconds: float = 3600.0
     replicates: int = 1000
-    server_start_s: float = 120.0
+    server_start_s: float = SERVER_START_S
 
     def __post_init__(self) -> None:
         conditions(self.kinds, self.snrs_db, self.rt60s_s)
@@ -190,8 +191,6 @@ def finals_per_session(details: list[dict], worded: bool = False) -> float | Non
 def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], rows: list[Condition],
                                log=print) -> dict:
     """Every condition's live sessions through one server (see the module docstring)."""
-    from asr.bench.live import LiveConfig, run_sessions, serve_process
-
     live = LiveConfig(checkpoint=config.checkpoint, cuts=config.cuts, sessions=config.sessions,
                       sentences=config.sentences, backgrounds=("zeros",), seed=config.seed, timing=config.timing,
                       speed=config.speed, concurrency=config.concurrency, max_seconds=config.max_seconds,
@@ -267,8 +266,6 @@ def run_robust(config: RobustConfig, log=print) -> dict:
                                     progress=lambda name: bar.update(1))
     report["alone_seconds"] = time.monotonic() - started
     if config.sessions:
-        from asr.bench.live import ServerStartError
-
         try:
             report["sessions"] = run_sessions_per_condition(config, sentences, rows, log)
         except ServerStartError as err:

@@ -101,12 +101,9 @@ def test_the_recipe_follows_the_profile_and_the_default_corpus_gets_the_room_cur
 
 @pytest.mark.parametrize("recipe", ["quickstart", "quickstart_rooms"])
 def test_each_quickstart_recipe_ends_on_a_validation_and_its_cosine_at_the_last_step(recipe):
-    from hydra import compose, initialize_config_dir
+    from asr.bench.padding import recipe_config
 
-    from asr.train.config import repository_conf_dir
-
-    with initialize_config_dir(config_dir=str(repository_conf_dir()), version_base="1.3"):
-        config = compose("train", overrides=[f"experiment={recipe}", "out_dir=/tmp/unused"])
+    config = recipe_config([f"experiment={recipe}"])
     # the averaged model takes the best validated checkpoints, and the last step's is one of them
     assert config.trainer.max_steps % config.trainer.val_check_interval == 0
     assert config.optim.scheduler.total_steps is None  # the cosine ends at trainer.max_steps
