@@ -193,3 +193,15 @@ def test_long_inputs_are_subsampled_in_pieces_to_the_same_frames(monkeypatch):
     pieces = enc._embed(feats)
     assert pieces.shape == whole.shape == (2, enc.output_length(301), 16)
     torch.testing.assert_close(pieces, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_entry_points_do_not_import_torch_dynamo():
+    """torch._dynamo takes seconds to import, and decode, serve and export run eagerly: the blocked
+    path's exclusion from compiled graphs is made only under torch.compile."""
+    import subprocess
+    import sys
+
+    code = ("import sys, asr.model, asr.decode, asr.cli.serve, asr.cli.export; "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -312,8 +312,7 @@ def _bucket_sums(p: Tensor, rel_v: Tensor, offset: int) -> Tensor:
     return band_sums(p, (rel_v.size(0) - 1) // 2, offset)
 
 
-@torch.compiler.disable
-def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: PositionTerm,
+def _blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: PositionTerm,
                       rel_v: Optional[Tensor] = None, blocking: Optional[Blocking] = None,
                       dropout: float = 0.0, q_bias: Optional[Tensor] = None) -> Tensor:
     """Exact masked attention in blocks.
@@ -332,8 +331,9 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
     Returns:
         (B, H, C, Dh); zeros for query rows with no allowed key.
 
-    Excluded from torch.compile graphs (a Python loop over blocks with a custom backward); the
-    compiled training step only meets it for inputs past :data:`BLOCKED_MIN_LOGITS`.
+    Kept out of torch.compile graphs (a Python loop over blocks with a custom backward, see
+    :func:`blocked_attention`); the compiled training step only meets it for inputs past
+    :data:`BLOCKED_MIN_LOGITS`.
     """
     check_mask(mask, q.size(0), q.size(2), k.size(2))
     if not 0.0 <= dropout < 1.0:
@@ -341,3 +341,27 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: Positio
     seed = int(torch.randint(0, 1 << 62, ())) if dropout > 0.0 else 0
     return _BlockedAttention.apply(q, q_bias, k, v, rel_v, mask, blocking or DEFAULT_BLOCKING, dropout, seed, term,
                                    *term.tensors)
+
+
+_GRAPH_EXCLUDED = None
+
+
+def _graph_excluded():
+    """:func:`_blocked_attention` wrapped by ``torch.compiler.disable``, made on the first call under
+    torch.compile: the decorator imports torch._dynamo (about 2.5 s), which no eager decode, serve or
+    export needs."""
+    global _GRAPH_EXCLUDED
+    if _GRAPH_EXCLUDED is None:
+        _GRAPH_EXCLUDED = torch.compiler.disable(_blocked_attention)
+    return _GRAPH_EXCLUDED
+
+
+def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, term: PositionTerm,
+                      rel_v: Optional[Tensor] = None, blocking: Optional[Blocking] = None,
+                      dropout: float = 0.0, q_bias: Optional[Tensor] = None) -> Tensor:
+    """Exact masked attention in blocks (:func:`_blocked_attention`, whose arguments these are).
+    Under torch.compile the call leaves the graph and runs eagerly (a graph break), as
+    ``torch.compiler.disable`` does."""
+    if torch.compiler.is_compiling():
+        return _graph_excluded()(q, k, v, mask, term, rel_v, blocking, dropout, q_bias)
+    return _blocked_attention(q, k, v, mask, term, rel_v, blocking, dropout, q_bias)
