@@ -14,6 +14,7 @@ Usage (from the repository root):
         --cuts data/synth/cuts_test.jsonl.gz --out-json data/results/robust.json
     python scripts/bench_robust.py --checkpoint CKPT --kinds babble,music --snrs 20,10 --sessions 0
     python scripts/bench_robust.py --checkpoint CKPT --server-args "--vad none"
+    python scripts/bench_robust.py --checkpoint CKPT --lm data/synth/lm/4gram.arpa.gz   # every row with the LM
     python scripts/bench_robust.py --checkpoint CKPT --sessions 0 --out-json a.json --plot a.png
 
 --plot draws WER against SNR per background (scripts/plot_robust.py draws several reports side by side).
@@ -46,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from asr.bench.robust import RT60S_S, SNRS_DB
     from asr.decode.batch import MODES
     from asr.decode.options import add_checkpoint_argument, add_chunk_arguments, add_threads_argument
+    from asr.lm.options import add_lm_arguments
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,6 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mode", choices=MODES, default="attention_rescoring", help="alone decoding mode "
                    "(default attention_rescoring, the server's)")
     add_chunk_arguments(p)
+    add_lm_arguments(p)
     add_threads_argument(p)
     p.add_argument("--speed", type=float, default=0.0, help="session pace, times real time (default 0: unpaced)")
     p.add_argument("--concurrency", type=int, default=4, help="connections at once (default 4)")
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from asr.bench.report_cli import run_and_report
     from asr.bench.robust import RobustConfig, format_tables, run_robust
     from asr.decode.options import set_threads
+    from asr.lm.options import lm_argv
 
     set_threads(args.threads)
     reports: list[dict] = []
@@ -93,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             rt60s_s=args.rt60s, utterances=args.utterances, sessions=args.sessions, sentences=args.sentences,
             seed=args.seed, mode=args.mode, chunk_size=args.chunk_size, left_chunks=args.left_chunks,
             speed=args.speed, concurrency=args.concurrency, server_args=tuple(shlex.split(args.server_args)),
-            max_seconds=args.max_seconds, replicates=args.replicates, server_start_s=args.server_start_s)
+            max_seconds=args.max_seconds, replicates=args.replicates, server_start_s=args.server_start_s,
+            lm_args=tuple(lm_argv(args)))
         reports.append(run_robust(config, log=log))
         return reports[-1]
 

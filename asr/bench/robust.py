@@ -22,11 +22,15 @@ made apart from every training generator (see that module).
   the recognizer say). ``clean`` and ``reverb`` sessions lie over a uniform white floor at
   ``FLOOR_DBFS``.
 
+With ``lm_args`` (the decoding scripts' ``--lm`` / ``--word-lm`` options) both parts decode with the LM: it
+is fused into the sentences alone and passed to the server.
+
 Deterministic for a seed; :func:`format_tables` prints the tables, the report is plain JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -77,7 +81,10 @@ def conditions(kinds: tuple[str, ...], snrs_db: tuple[float, ...], rt60s_s: tupl
 
 @dataclass(frozen=True)
 class RobustConfig:
-    """What to run (see the module docstring). ``server_args``: extra ``scripts/serve.py`` arguments."""
+    """What to run (see the module docstring). ``server_args``: extra ``scripts/serve.py`` arguments.
+    ``lm_args``: the decoding scripts' LM options (``asr.lm.options.add_lm_arguments``: ``--lm``, ``--word-lm``
+    and their weights), fused into the sentences alone and passed to the server, so every row reads with the
+    LM; empty: none."""
 
     checkpoint: str
     cuts: str
@@ -99,6 +106,7 @@ class RobustConfig:
     max_seconds: float = 3600.0
     replicates: int = 1000
     server_start_s: float = SERVER_START_S
+    lm_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         conditions(self.kinds, self.snrs_db, self.rt60s_s)
@@ -109,6 +117,25 @@ class RobustConfig:
                              f"sessions ({self.sessions}) >= 0")
         if self.server_start_s <= 0:
             raise ValueError(f"server_start_s ({self.server_start_s}) must be > 0")
+        _lm_options(self.lm_args)  # a misspelt option fails here, before minutes of decoding
+
+    @property
+    def served_args(self) -> tuple[str, ...]:
+        """The server's extra arguments: ``server_args``, then ``lm_args``."""
+        return self.server_args + self.lm_args
+
+
+def _lm_options(lm_args: tuple[str, ...]):
+    """``lm_args`` parsed by the decoding scripts' LM options, or a ValueError naming what is wrong."""
+    from asr.lm.options import add_lm_arguments
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise ValueError(f"lm_args {list(lm_args)}: {message}")
+
+    parser = _Parser(prog="lm_args", add_help=False)
+    add_lm_arguments(parser)
+    return parser.parse_args(list(lm_args))
 
 
 def _rng(seed: int, kind: str, index: int) -> np.random.Generator:
@@ -136,8 +163,9 @@ def _bootstrap(errors: list[int], words: list[int], base: list[int] | None, repl
 
 
 def run_alone(config: RobustConfig, sentences: list[Sentence], rows: list[Condition], model, tokenizer,
-              features, progress=None) -> dict:
-    """Every condition's WER over ``sentences`` decoded offline, with intervals (see the module docstring)."""
+              features, progress=None, fusion=None) -> dict:
+    """Every condition's WER over ``sentences`` decoded offline, with intervals (see the module docstring);
+    ``fusion``: the LM (``asr.lm.Fusion``) of the decoding, or None."""
     from asr.data.features import FbankExtractor
     from asr.evaluation.split import EvalSet, Utterance, evaluate_utterances
 
@@ -149,7 +177,7 @@ def run_alone(config: RobustConfig, sentences: list[Sentence], rows: list[Condit
             audio = torch.from_numpy(mixed(sentence.audio, condition, config.seed, i)).float()
             utts.append(Utterance(sentence.cut_id, sentence.text, extractor(audio), audio.numel() / SAMPLE_RATE))
         result = evaluate_utterances(model, tokenizer, EvalSet(utts), [config.mode], chunk_size=config.chunk_size,
-                                     left_chunks=config.left_chunks)
+                                     left_chunks=config.left_chunks, fusion=fusion)
         records = result.modes[config.mode].records
         errors, words = [r["word_errors"] for r in records], [r["ref_words"] for r in records]
         out[condition.name] = _bootstrap(errors, words, clean_errors, config.replicates, config.seed)
@@ -194,7 +222,7 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
     live = LiveConfig(checkpoint=config.checkpoint, cuts=config.cuts, sessions=config.sessions,
                       sentences=config.sentences, backgrounds=("zeros",), seed=config.seed, timing=config.timing,
                       speed=config.speed, concurrency=config.concurrency, max_seconds=config.max_seconds,
-                      server_args=config.server_args)
+                      server_args=config.served_args)
     need = config.sessions * config.sentences
     deadline = time.monotonic() + config.max_seconds
     out: dict = {}
@@ -206,7 +234,7 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
             used = [Sentence(s.cut_id, s.text, mixed(s.audio, condition, config.seed, i)) for i, s in enumerate(used)]
         plans_of[condition] = plan_sessions(used, config.sessions, config.sentences, config.seed, config.timing)
         longest = max(longest, max(p.samples for p in plans_of[condition]) / SAMPLE_RATE)
-    with serve_process(config.checkpoint, config.server_args, config.concurrency + 1, longest + 10.0,
+    with serve_process(config.checkpoint, config.served_args, config.concurrency + 1, longest + 10.0,
                        config.server_start_s) as uri:
         for condition in rows:
             if time.monotonic() >= deadline:
@@ -248,6 +276,7 @@ def run_robust(config: RobustConfig, log=print) -> dict:
     from tqdm import tqdm
 
     from asr.data.features import FeatureConfig
+    from asr.lm.options import fusion_from_args
     from asr.train.checkpoint import load_model
 
     started = time.monotonic()
@@ -258,12 +287,13 @@ def run_robust(config: RobustConfig, log=print) -> dict:
         raise ValueError(f"{config.cuts} holds {len(sentences)} usable sentences; the benchmark needs {need} "
                          f"(skipped: {dict(skipped) or 'none'})")
     model, tokenizer, cfg = load_model(config.checkpoint)
+    fusion = fusion_from_args(_lm_options(config.lm_args), tokenizer)
     features = FeatureConfig.from_dict(cfg.features)
     report = {"config": {**asdict(config), "timing": asdict(config.timing)}, "skipped_cuts": dict(skipped),
               "conditions": [c.name for c in rows]}
     with tqdm(total=len(rows), desc="alone", unit="condition") as bar:
         report["alone"] = run_alone(config, sentences[: config.utterances], rows, model, tokenizer, features,
-                                    progress=lambda name: bar.update(1))
+                                    progress=lambda name: bar.update(1), fusion=fusion)
     report["alone_seconds"] = time.monotonic() - started
     if config.sessions:
         try:
@@ -295,7 +325,9 @@ def _diff(d: dict) -> str:
 
 def format_tables(report: dict) -> str:
     """The report as Markdown: sentences alone per condition, then live sessions per condition."""
-    lines = ["Sentences alone (offline, the server's chunking):", "",
+    lm_args = report["config"].get("lm_args") or ()
+    with_lm = f" with the LM ({' '.join(lm_args)})" if lm_args else ""
+    lines = [f"Sentences alone (offline, the server's chunking){with_lm}:", "",
              "| condition | WER % [95% CI] | vs clean, points [95% CI] |", "|---|---|---|"]
     for name in report["conditions"]:
         b = report["alone"][name]
@@ -303,7 +335,7 @@ def format_tables(report: dict) -> str:
     sessions = report.get("sessions")
     if sessions:
         per = report["config"]["sentences"]
-        lines += ["", f"Live sessions through the server ({per} sentences each):", "",
+        lines += ["", f"Live sessions through the server ({per} sentences each){with_lm}:", "",
                   "| condition | sessions | session WER % | alone WER % | session - alone [95% CI] | "
                   f"finals / session ({per} sentences; with words) | fused gaps | inserted words: session / alone |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -12,6 +12,8 @@ from asr.bench.robust import (Condition, RobustConfig, conditions, finals_per_se
                               run_robust, summary_row)
 from asr.bench.robust_plot import plot_wer_against_snr, wer_by_kind
 from asr.data.features import SAMPLE_RATE
+from tests.bench.noise_cuts import write_noise_cuts
+from tests.serve.helpers import save_checkpoint
 
 SR = SAMPLE_RATE
 
@@ -138,9 +140,6 @@ def test_conditions_and_mixing():
 
 
 def _tiny_run(tmp_path, sessions: int, server_args: tuple[str, ...] = ()):
-    from tests.bench.noise_cuts import write_noise_cuts
-    from tests.serve.helpers import save_checkpoint
-
     config = RobustConfig(checkpoint=str(save_checkpoint(tmp_path)), cuts=str(write_noise_cuts(tmp_path)),
                           kinds=("white", "reverb"), snrs_db=(10.0,), rt60s_s=(0.3,), utterances=3,
                           sessions=sessions, sentences=3, chunk_size=4, left_chunks=2, mode="ctc_greedy",
@@ -208,3 +207,30 @@ def test_sessions_through_a_real_server(tmp_path):
         assert 0 <= session["worded_finals_per_session"] <= session["finals_per_session"]
     assert format_tables(report).count("| white@10dB |") == 2
     assert summary_row(report)["worst_session_difference"] is not None
+
+
+def test_the_lm_options_reach_the_sentences_alone_and_the_server(tmp_path):
+    from asr.lm import save_arpa, token_names, train_token_lm
+    from asr.train.checkpoint import load_model
+
+    checkpoint, cuts = str(save_checkpoint(tmp_path)), str(write_noise_cuts(tmp_path))
+    tokenizer = load_model(checkpoint)[1]
+    lm = save_arpa(train_token_lm(["abc de fgh", "fgh abc", "de de abc"], tokenizer, 3), tmp_path / "lm.arpa.gz",
+                   token_names(tokenizer))
+
+    def errors(*lm_args):
+        config = RobustConfig(checkpoint=checkpoint, cuts=cuts, kinds=("white",),
+                              snrs_db=(10.0,), utterances=3, sessions=0, chunk_size=4, left_chunks=2,
+                              mode="attention_rescoring", replicates=50, server_args=("--beam", "2"), lm_args=lm_args)
+        report = run_robust(config, log=lambda line: None)
+        return config, report, [report["alone"][name]["errors"] for name in report["conditions"]]
+
+    _, _, plain = errors()
+    config, report, silent = errors("--lm", str(lm), "--lm-weight", "0", "--length-bonus", "0")
+    assert silent == plain  # weight 0: the same decoding
+    config, report, strong = errors("--lm", str(lm), "--lm-weight", "3", "--length-bonus", "2")
+    assert strong != plain  # the fusion reached the decoding, so the equality above meant something
+    assert config.served_args == ("--beam", "2", "--lm", str(lm), "--lm-weight", "3", "--length-bonus", "2")
+    assert f"with the LM (--lm {lm}" in format_tables(report)
+    with pytest.raises(ValueError, match="--lm-wieght"):
+        RobustConfig(checkpoint="x", cuts="y", lm_args=("--lm-wieght", "1"))
