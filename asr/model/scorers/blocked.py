@@ -348,7 +348,7 @@ _GRAPH_EXCLUDED = None
 
 def _graph_excluded():
     """:func:`_blocked_attention` wrapped by ``torch.compiler.disable``, made on the first call under
-    torch.compile: the decorator imports torch._dynamo (about 2.5 s), which no eager decode, serve or
+    torch.compile: the decorator imports torch._dynamo (seconds of start-up), which no eager decode, serve or
     export needs."""
     global _GRAPH_EXCLUDED
     if _GRAPH_EXCLUDED is None:
