@@ -30,7 +30,6 @@ Deterministic for a seed; :func:`format_tables` prints the tables, the report is
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +45,7 @@ from asr.bench.live_sessions import ALONE_LEAD_S, ALONE_TAIL_S, Sentence, Timing
 from asr.data.features import SAMPLE_RATE
 from asr.decode.batch import MODES
 from asr.decode.options import DEFAULT_CHUNK_SIZE, DEFAULT_LEFT_CHUNKS
+from asr.lm.options import fusion_from_args, lm_options
 
 SNRS_DB = (20.0, 10.0, 5.0)
 RT60S_S = (0.3, 0.6, 0.9)
@@ -117,25 +117,12 @@ class RobustConfig:
                              f"sessions ({self.sessions}) >= 0")
         if self.server_start_s <= 0:
             raise ValueError(f"server_start_s ({self.server_start_s}) must be > 0")
-        _lm_options(self.lm_args)  # a misspelt option fails here, before minutes of decoding
+        lm_options(self.lm_args)  # a misspelt option fails here, before minutes of decoding
 
     @property
     def served_args(self) -> tuple[str, ...]:
         """The server's extra arguments: ``server_args``, then ``lm_args``."""
         return self.server_args + self.lm_args
-
-
-def _lm_options(lm_args: tuple[str, ...]):
-    """``lm_args`` parsed by the decoding scripts' LM options, or a ValueError naming what is wrong."""
-    from asr.lm.options import add_lm_arguments
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise ValueError(f"lm_args {list(lm_args)}: {message}")
-
-    parser = _Parser(prog="lm_args", add_help=False)
-    add_lm_arguments(parser)
-    return parser.parse_args(list(lm_args))
 
 
 def _rng(seed: int, kind: str, index: int) -> np.random.Generator:
@@ -276,7 +263,6 @@ def run_robust(config: RobustConfig, log=print) -> dict:
     from tqdm import tqdm
 
     from asr.data.features import FeatureConfig
-    from asr.lm.options import fusion_from_args
     from asr.train.checkpoint import load_model
 
     started = time.monotonic()
@@ -287,7 +273,7 @@ def run_robust(config: RobustConfig, log=print) -> dict:
         raise ValueError(f"{config.cuts} holds {len(sentences)} usable sentences; the benchmark needs {need} "
                          f"(skipped: {dict(skipped) or 'none'})")
     model, tokenizer, cfg = load_model(config.checkpoint)
-    fusion = fusion_from_args(_lm_options(config.lm_args), tokenizer)
+    fusion = fusion_from_args(lm_options(config.lm_args), tokenizer)
     features = FeatureConfig.from_dict(cfg.features)
     report = {"config": {**asdict(config), "timing": asdict(config.timing)}, "skipped_cuts": dict(skipped),
               "conditions": [c.name for c in rows]}

@@ -49,6 +49,19 @@ def lm_argv(args: argparse.Namespace) -> list[str]:
         "--lm-backend", getattr(args, "lm_backend", "auto")]
 
 
+def lm_options(argv: list[str] | tuple[str, ...]) -> argparse.Namespace:
+    """``add_lm_arguments``' options read back from a command line (what :func:`lm_argv` gives), for code that
+    keeps them as plain strings; a ValueError names an unknown option or a bad value."""
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise ValueError(f"LM options {list(argv)}: {message}")
+
+    parser = _Parser(prog="lm options", add_help=False)
+    add_lm_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
 def fusion_from_args(args: argparse.Namespace, tokenizer) -> Fusion | None:
     """The fusion ``add_lm_arguments``' options ask for: the token LM, the word LM, both (their scores add),
     or None without ``--lm`` and ``--word-lm``. Bad files or values raise ValueError / FileNotFoundError

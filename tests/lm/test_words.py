@@ -240,6 +240,7 @@ def test_fusion_from_args_builds_word_token_or_both(word_lm, tmp_path):
 
 def test_lm_argv_gives_another_script_the_same_lm_options():
     from asr.lm import lm_argv
+    from asr.lm.options import lm_options
 
     parser = argparse.ArgumentParser()
     add_lm_arguments(parser)
@@ -249,3 +250,6 @@ def test_lm_argv_gives_another_script_the_same_lm_options():
                   ["--lm", "t.arpa", "--word-lm", "w.arpa", "--word-bonus", "4"]):
         args = parser.parse_args(given)
         assert vars(parser.parse_args(lm_argv(args))) == vars(args), given
+        assert vars(lm_options(lm_argv(args))) == vars(args), given  # read back from the strings
+    with pytest.raises(ValueError, match="--lm-wieght"):
+        lm_options(["--lm-wieght", "1"])
