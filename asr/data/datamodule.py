@@ -46,14 +46,15 @@ from asr.data.augment import SpecAugment
 from asr.data.background import BackgroundMix
 from asr.data.buckets import BucketPadded, check_buckets
 from asr.data.curriculum import CurriculumSampler, EpochShare, check_curriculum, mixed_cuts
+from asr.data.cut_filter import CutFilter, has_content
 from asr.data.cut_plan import DrawnLengthConstraint, DrawnLengths
-from asr.data.dataset import AsrDataset, check_lead_in, cut_text, new_skip_registry
+from asr.data.dataset import AsrDataset, check_lead_in, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
 from asr.data.manifest import CorpusStats, manifest_stats, read_cuts
 from asr.data.shar import RankShardedShar, shar_stats
-from asr.data.tokenizer import SPACE, load_tokenizer
+from asr.data.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 _BINS_ESTIMATE_CUTS = 10_000  # Lhotse's default: cuts read to place the bucket boundaries
@@ -65,37 +66,6 @@ def _quiet_eager_warning():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
         yield
-
-
-class CutFilter:
-    """Cut -> keep it? Drops, and reports through ``on_skip(reason, cut_id, detail)``, cuts
-    outside the duration bounds (when given) and cuts whose text has no known tokens."""
-
-    def __init__(self, tokenizer, on_skip, min_duration: float | None = None,
-                 max_duration: float | None = None) -> None:
-        self.tokenizer, self.on_skip = tokenizer, on_skip
-        self.min_duration, self.max_duration = min_duration, max_duration
-
-    def __call__(self, cut) -> bool:
-        if self.min_duration is not None and cut.duration < self.min_duration:
-            self.on_skip("too_short", cut.id, f"{cut.duration:.2f} s < min_duration {self.min_duration}")
-            return False
-        if self.max_duration is not None and cut.duration > self.max_duration:
-            self.on_skip("too_long", cut.id, f"{cut.duration:.2f} s > max_duration_per_utt {self.max_duration}")
-            return False
-        text = cut_text(cut)
-        if not text:
-            self.on_skip("empty_text", cut.id, "empty transcript")
-            return False
-        if not has_content(self.tokenizer, self.tokenizer.encode(text)):
-            self.on_skip("untokenizable_text", cut.id, f"transcript {text[:40]!r} has no known tokens")
-            return False
-        return True
-
-
-def has_content(tokenizer, ids: list[int]) -> bool:
-    """False when every token is <unk> or a bare word boundary ("▁" alone carries no text)."""
-    return any(i != tokenizer.unk_id and tokenizer.id_to_piece(i).strip(SPACE) for i in ids)
 
 
 class AsrDataModule(L.LightningDataModule):
