@@ -10,8 +10,9 @@ made apart from every training generator (see that module).
   ``chunk_size`` with ``left_chunks`` of memory, ``mode``. An utterance's background is drawn
   once (seeded by seed, kind, utterance) and only scaled between SNRs, so the SNR curve of a
   kind is paired; a room is drawn once per utterance and only its reverberation time changes.
-  Each condition gets a bootstrap interval (``asr.ablation.stats.wer_interval``) and a paired
-  one for its difference from clean.
+  Each condition gets a bootstrap interval (``asr.ablation.stats.wer_interval``), a paired
+  one for its difference from clean, and its word errors split into substitutions, deletions
+  and insertions (``asr.decode.word_ops``).
 * **Sessions** (``sessions`` > 0): ``sessions`` of ``sentences`` each through the server
   (``asr.bench.live``: a child process on 127.0.0.1, its defaults unless ``server_args`` say
   otherwise, the Silero VAD among them), the background under the whole session at the SNR
@@ -50,6 +51,7 @@ from asr.lm.options import fusion_from_args, lm_options
 SNRS_DB = (20.0, 10.0, 5.0)
 RT60S_S = (0.3, 0.6, 0.9)
 FLOOR_DBFS = -70.0
+OPS = ("substitutions", "deletions", "insertions")  # the word errors' split (asr.decode.word_ops)
 _PAD_S = max(ALONE_LEAD_S, ALONE_TAIL_S)  # background beyond each end of a session (live_sessions' pad)
 
 
@@ -168,6 +170,8 @@ def run_alone(config: RobustConfig, sentences: list[Sentence], rows: list[Condit
         records = result.modes[config.mode].records
         errors, words = [r["word_errors"] for r in records], [r["ref_words"] for r in records]
         out[condition.name] = _bootstrap(errors, words, clean_errors, config.replicates, config.seed)
+        # what a background adds: misread words, dropped ones, or its own words inserted
+        out[condition.name].update({k: sum(r[k] for r in records) for k in OPS})
         if condition.kind == "clean":
             clean_errors = errors
         if progress is not None:
@@ -314,10 +318,12 @@ def format_tables(report: dict) -> str:
     lm_args = report["config"].get("lm_args") or ()
     with_lm = f" with the LM ({' '.join(lm_args)})" if lm_args else ""
     lines = [f"Sentences alone (offline, the server's chunking){with_lm}:", "",
-             "| condition | WER % [95% CI] | vs clean, points [95% CI] |", "|---|---|---|"]
+             "| condition | WER % [95% CI] | vs clean, points [95% CI] | word errors: sub / del / ins |",
+             "|---|---|---|---|"]
     for name in report["conditions"]:
         b = report["alone"][name]
-        lines.append(f"| {name} | {_interval(b)} | {_diff(b['vs_clean']) if 'vs_clean' in b else '-'} |")
+        ops = " / ".join(str(b[k]) for k in OPS) if all(k in b for k in OPS) else "-"
+        lines.append(f"| {name} | {_interval(b)} | {_diff(b['vs_clean']) if 'vs_clean' in b else '-'} | {ops} |")
     sessions = report.get("sessions")
     if sessions:
         per = report["config"]["sentences"]

@@ -230,10 +230,12 @@ def format_table(summary: dict) -> str:
     if summary.get("scoring"):
         ctx += f"; scoring: {summary['scoring']['rule']}"
     lines = [f"{summary['cuts']} ({ctx}, {summary['audio_seconds']:.1f} s of audio)",
-             f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}"]
+             f"{'mode':<22}{'WER %':>8}{'CER %':>8}{'utts':>7}{'RTF':>8}  word errors: sub / del / ins"]
     for mode, r in summary["modes"].items():
         rates = "".join(f"{'-':>8}" if r[k] is None else f"{100 * r[k]:>8.2f}" for k in ("wer", "cer"))
-        lines.append(f"{mode:<22}{rates}{r['utterances']:>7}{r['rtf']:>8.3f}")
+        ops = (f"  {r['word_errors']} of {r['ref_words']}: {r['substitutions']} / {r['deletions']} / "
+               f"{r['insertions']}" if r.get("substitutions") is not None else "")
+        lines.append(f"{mode:<22}{rates}{r['utterances']:>7}{r['rtf']:>8.3f}{ops}")
     if not summary.get("references", True):
         lines.append("no references: hypotheses written (<mode>.jsonl, <mode>.text), no WER computed")
     memory = summary.get("memory")

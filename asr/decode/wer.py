@@ -4,7 +4,8 @@ Words are whitespace-separated tokens. Characters are the text's characters
 with all whitespace removed, so CER means the same for space-separated
 (English) and unsegmented (Mandarin) transcripts. Before counting, reference and
 hypothesis are normalized alike by a :class:`asr.decode.scoring.Scoring` (default:
-case folded, punctuation removed); the records keep the texts as given.
+case folded, punctuation removed); the records keep the texts as given. Word errors are split
+into substitutions, deletions and insertions (`asr.decode.word_ops`), per record and in total.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import editdistance
 
 from asr.decode.scoring import Scoring
+from asr.decode.word_ops import WordOps, word_ops
 
 
 def _rate(errors: int, total: int) -> float:
@@ -33,6 +35,7 @@ class ErrorCounter:
         self.case_only_word_errors = 0
         self.records: list[dict] = []
         self.word_errors = 0
+        self.word_ops = WordOps()
         self.ref_words = 0
         self.char_errors = 0
         self.ref_chars = 0
@@ -41,15 +44,18 @@ class ErrorCounter:
         """Score one utterance; ``extra`` fields (e.g. ``seconds``) are kept in its record.
 
         Returns:
-            {key, ref, hyp, word_errors, ref_words, char_errors, ref_chars, **extra}
+            {key, ref, hyp, word_errors, substitutions, deletions, insertions, ref_words, char_errors,
+            ref_chars, **extra}: the three operations split word_errors (`asr.decode.word_ops`)
         """
         ref_w, hyp_w = self.scoring.normalize(ref).split(), self.scoring.normalize(hyp).split()
         ref_c, hyp_c = "".join(ref_w), "".join(hyp_w)
+        ops = word_ops(ref_w, hyp_w)
         record = {
             "key": key,
             "ref": ref,
             "hyp": hyp,
-            "word_errors": int(editdistance.eval(ref_w, hyp_w)),
+            "word_errors": ops.errors,
+            **ops.as_dict(),
             "ref_words": len(ref_w),
             "char_errors": int(editdistance.eval(ref_c, hyp_c)),
             "ref_chars": len(ref_c),
@@ -60,6 +66,7 @@ class ErrorCounter:
             self.case_only_word_errors += record["word_errors"] - int(folded)
         self.records.append(record)
         self.word_errors += record["word_errors"]
+        self.word_ops += ops
         self.ref_words += record["ref_words"]
         self.char_errors += record["char_errors"]
         self.ref_chars += record["ref_chars"]
@@ -76,12 +83,13 @@ class ErrorCounter:
         return _rate(self.char_errors, self.ref_chars)
 
     def summary(self) -> dict:
-        """Totals and rates: {utterances, word_errors, ref_words, wer, char_errors, ref_chars, cer}, and
-        case_only_word_errors under case-sensitive scoring."""
+        """Totals and rates: {utterances, word_errors, substitutions, deletions, insertions, ref_words, wer,
+        char_errors, ref_chars, cer}, and case_only_word_errors under case-sensitive scoring."""
         case = {"case_only_word_errors": self.case_only_word_errors} if self.scoring.case_sensitive else {}
         return {
             "utterances": len(self.records),
             "word_errors": self.word_errors,
+            **self.word_ops.as_dict(),
             "ref_words": self.ref_words,
             "wer": self.wer,
             "char_errors": self.char_errors,

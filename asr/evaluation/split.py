@@ -159,8 +159,8 @@ def duration_batches(seconds: Sequence[float], batch_seconds: float) -> Iterator
 class ModeResult:
     """One decoding mode over an :class:`EvalSet`.
 
-    ``records``: one dict per utterance in manifest order (key, ref, hyp,
-    word_errors, ref_words, char_errors, ref_chars, seconds); ``totals``: utterances,
+    ``records``: one dict per utterance in manifest order (key, ref, hyp, word_errors, substitutions,
+    deletions, insertions, ref_words, char_errors, ref_chars, seconds); ``totals``: utterances,
     error and reference counts, wer, cer (fractions), decode_seconds (wall clock
     of the mode's search and of the encoder, which the modes share) and rtf (decode_seconds / audio seconds).
     Without references a record is (key, hyp, seconds) and wer, cer are None.

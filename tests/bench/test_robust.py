@@ -160,6 +160,11 @@ def test_a_tiny_model_reads_sentences_alone_under_every_condition(tmp_path):
     assert "sessions" not in report
     assert format_tables(report).count("| white@10dB |") == 1
     assert summary_row(report)["worst_session_difference"] is None
+    table = format_tables(report).splitlines()
+    for name, row in report["alone"].items():  # the errors split, and the table shows the split
+        assert row["substitutions"] + row["deletions"] + row["insertions"] == row["errors"]
+        split = f"{row['substitutions']} / {row['deletions']} / {row['insertions']} |"
+        assert any(line.startswith(f"| {name} |") and line.endswith(split) for line in table)
     by_kind, clean = wer_by_kind(report)  # a real report plots: every background, each at its levels
     assert sorted(by_kind) == sorted({c.split("@")[0] for c in report["conditions"]} - {"clean"})
     assert clean is not None and plot_wer_against_snr([("tiny", report)], tmp_path / "robust.png").is_file()

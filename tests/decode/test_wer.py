@@ -32,3 +32,14 @@ def test_unsegmented_text_cer_and_empty_references():
     assert empty.wer == 0.0 and empty.cer == 0.0
     empty.add("", "noise")
     assert empty.wer == float("inf")
+
+
+def test_word_errors_split_into_substitutions_deletions_and_insertions():
+    counter = ErrorCounter()
+    r = counter.add("the cat sat on the mat", "the cat sit on mat")
+    assert (r["substitutions"], r["deletions"], r["insertions"]) == (1, 1, 0)
+    r2 = counter.add("Hello world", "hello world extra")  # case folded before counting
+    assert (r2["substitutions"], r2["deletions"], r2["insertions"]) == (0, 0, 1)
+    summary = counter.summary()
+    assert (summary["substitutions"], summary["deletions"], summary["insertions"]) == (1, 1, 1)
+    assert summary["word_errors"] == 3

@@ -57,7 +57,13 @@ def test_every_mode_writes_jsonl_and_summary(trained, tmp_path, capsys, chunk):
         assert stats["wer"] == pytest.approx(sum(r["word_errors"] for r in records) / sum(r["ref_words"]
                                                                                        for r in records))
         assert stats["rtf"] > 0
-        assert mode in stdout
+        # the word errors split into substitutions, deletions and insertions, per record and in total
+        for r in records:
+            assert r["substitutions"] + r["deletions"] + r["insertions"] == r["word_errors"]
+        split = [stats[k] for k in ("substitutions", "deletions", "insertions")]
+        assert split == [sum(r[k] for r in records) for k in ("substitutions", "deletions", "insertions")]
+        line = next(row for row in stdout.splitlines() if row.startswith(mode))
+        assert line.endswith(f"{stats['word_errors']} of {stats['ref_words']}: {split[0]} / {split[1]} / {split[2]}")
     # Every mode scored the same references in the same order.
     assert all(r == refs["ctc_greedy"] for r in refs.values())
 
