@@ -46,12 +46,12 @@ from asr.bench.live_sessions import ALONE_LEAD_S, ALONE_TAIL_S, Sentence, Timing
 from asr.data.features import SAMPLE_RATE
 from asr.decode.batch import MODES
 from asr.decode.options import DEFAULT_CHUNK_SIZE, DEFAULT_LEFT_CHUNKS
+from asr.decode.word_ops import OP_NAMES
 from asr.lm.options import fusion_from_args, lm_options
 
 SNRS_DB = (20.0, 10.0, 5.0)
 RT60S_S = (0.3, 0.6, 0.9)
 FLOOR_DBFS = -70.0
-OPS = ("substitutions", "deletions", "insertions")  # the word errors' split (asr.decode.word_ops)
 _PAD_S = max(ALONE_LEAD_S, ALONE_TAIL_S)  # background beyond each end of a session (live_sessions' pad)
 
 
@@ -171,7 +171,7 @@ def run_alone(config: RobustConfig, sentences: list[Sentence], rows: list[Condit
         errors, words = [r["word_errors"] for r in records], [r["ref_words"] for r in records]
         out[condition.name] = _bootstrap(errors, words, clean_errors, config.replicates, config.seed)
         # what a background adds: misread words, dropped ones, or its own words inserted
-        out[condition.name].update({k: sum(r[k] for r in records) for k in OPS})
+        out[condition.name].update({k: sum(r[k] for r in records) for k in OP_NAMES})
         if condition.kind == "clean":
             clean_errors = errors
         if progress is not None:
@@ -322,7 +322,7 @@ def format_tables(report: dict) -> str:
              "|---|---|---|---|"]
     for name in report["conditions"]:
         b = report["alone"][name]
-        ops = " / ".join(str(b[k]) for k in OPS) if all(k in b for k in OPS) else "-"
+        ops = " / ".join(str(b[k]) for k in OP_NAMES) if all(k in b for k in OP_NAMES) else "-"
         lines.append(f"| {name} | {_interval(b)} | {_diff(b['vs_clean']) if 'vs_clean' in b else '-'} | {ops} |")
     sessions = report.get("sessions")
     if sessions:

@@ -34,8 +34,7 @@ class ErrorCounter:
         self.scoring = scoring
         self.case_only_word_errors = 0
         self.records: list[dict] = []
-        self.word_errors = 0
-        self.word_ops = WordOps()
+        self.word_ops = WordOps()  # summed over the records; word_errors is their total
         self.ref_words = 0
         self.char_errors = 0
         self.ref_chars = 0
@@ -65,12 +64,15 @@ class ErrorCounter:
             folded = editdistance.eval([w.casefold() for w in ref_w], [w.casefold() for w in hyp_w])
             self.case_only_word_errors += record["word_errors"] - int(folded)
         self.records.append(record)
-        self.word_errors += record["word_errors"]
         self.word_ops += ops
         self.ref_words += record["ref_words"]
         self.char_errors += record["char_errors"]
         self.ref_chars += record["ref_chars"]
         return record
+
+    @property
+    def word_errors(self) -> int:
+        return self.word_ops.errors
 
     @property
     def wer(self) -> float:

@@ -16,7 +16,7 @@ per reference word, so an hour-long transcript aligns in about a second.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -41,7 +41,10 @@ class WordOps:
                        self.insertions + other.insertions)
 
     def as_dict(self) -> dict[str, int]:
-        return {"substitutions": self.substitutions, "deletions": self.deletions, "insertions": self.insertions}
+        return asdict(self)
+
+
+OP_NAMES = tuple(f.name for f in fields(WordOps))  # ("substitutions", "deletions", "insertions"): records' keys
 
 
 def word_ops(ref: Sequence[str], hyp: Sequence[str]) -> WordOps:
