@@ -20,6 +20,7 @@ from pathlib import Path
 from asr.cli import CHECKOUT, child_env
 from asr.lm import lm_path, word_lm_path
 from asr.synth.corpus import corpus_profile
+from asr.synth.noise_bank import NOISE_BANK_MANIFEST
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 from asr.train.config import repository_conf_dir
 
@@ -27,8 +28,10 @@ from asr.train.config import repository_conf_dir
 # type and size, so a corpus prepared with an older default (unigram256) is detected
 # and prepared again: the synthesized splits are kept, tokenizer and CMVN are redone.
 TRAIN_MANIFEST, TOKENIZER_MODEL = "cuts_train.jsonl.gz", "tokenizer/bpe256.model"
+# The noise bank is the room recipe's background (data.background.noise_cuts); a corpus prepared before
+# it existed gets it from prepare_data without its splits being synthesized again.
 CORPUS_FILES = (TRAIN_MANIFEST, "cuts_dev.jsonl.gz", "cuts_test.jsonl.gz", "cmvn.json", TOKENIZER_MODEL,
-                str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")))
+                str(lm_path(".").relative_to(".")), str(word_lm_path(".").relative_to(".")), NOISE_BANK_MANIFEST)
 
 
 def corpus_ready(data_dir: Path, profile: str = DEFAULT_PROFILE) -> bool:

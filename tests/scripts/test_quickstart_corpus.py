@@ -6,6 +6,7 @@ import pytest
 
 from asr import quickstart
 from asr.synth.clean_copy import CLEAN_MANIFEST
+from asr.synth.noise_bank import NOISE_BANK_MANIFEST
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES
 
 
@@ -97,6 +98,8 @@ def test_the_recipe_follows_the_profile_and_the_default_corpus_gets_the_room_cur
     # the room recipe reads the clean copies the default profile writes
     rooms = OmegaConf.load(repository_conf_dir() / "experiment" / "quickstart_rooms.yaml")
     assert PROFILES[DEFAULT_PROFILE].clean_copy and rooms.data.curriculum_cuts == CLEAN_MANIFEST
+    # ... and the noise bank prepare_data writes, which a corpus must have to count as ready
+    assert rooms.data.background.noise_cuts == NOISE_BANK_MANIFEST and NOISE_BANK_MANIFEST in quickstart.CORPUS_FILES
 
 
 @pytest.mark.parametrize("recipe", ["quickstart", "quickstart_rooms"])
