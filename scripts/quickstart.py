@@ -18,7 +18,8 @@ Steps (each one reuses what earlier runs left):
     sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn builds the
     training's feature store first and reads the stats from it);
  2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
-    and then the clean copies beside half of the room copies, for the default profile;
+    and then the clean copies beside half of the room copies, noise from the corpus's noise bank under a
+    quarter of those, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 5320 steps,
     ~48 min on 2 idle cores, capped by the recipe's trainer.max_time (55 min) or --train-minutes,
     into exp/quickstart_rel_xl, resuming an
