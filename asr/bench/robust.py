@@ -249,7 +249,10 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
                    "finals_per_session": finals_per_session(details),
                    "worded_finals_per_session": finals_per_session(details, worded=True),
                    "gaps": summary["gaps"], "gaps_fused": summary["gaps_fused"], "gaps_late": summary["gaps_late"],
-                   "inserted_words": inserted, "alone_inserted_words": alone_inserted}
+                   "inserted_words": inserted, "alone_inserted_words": alone_inserted,
+                   # what the server sent each session (finals with their times) beside its references and the
+                   # sentences alone: where a background's cost lies is read from these
+                   "details": details}
             if words:
                 row["session"] = _bootstrap(session_errors, words, None, config.replicates, config.seed)
                 row["alone"] = _bootstrap(alone_errors, words, None, config.replicates, config.seed)

@@ -210,6 +210,9 @@ def test_sessions_through_a_real_server(tmp_path):
         assert session["sessions"] == 1 and session["failed_sessions"] == {} and session["gaps"] == 2
         assert session["session"]["words"] == 5 and session["finals_per_session"] >= 1
         assert 0 <= session["worded_finals_per_session"] <= session["finals_per_session"]
+        (detail,) = session["details"]  # the session's own record: its finals and the sentences alone
+        assert len(detail["refs"]) == len(detail["alone"]) == len(detail["speech_s"])
+        assert len(detail["finals"]) == session["finals_per_session"]
     assert format_tables(report).count("| white@10dB |") == 2
     assert summary_row(report)["worst_session_difference"] is not None
 
