@@ -18,10 +18,12 @@ made apart from every training generator (see that module).
   otherwise, the Silero VAD among them), the background under the whole session at the SNR
   against the session's mean speech power; each sentence also alone on its own connection over
   the same background. Reported per condition: session and alone WER and their paired
-  difference (interval), finals per session, fused gaps, and words inserted (hypothesis
+  difference (interval), finals per session, fused gaps, words inserted (hypothesis
   words the minimum-edit alignment to the references leaves over: what the background made
-  the recognizer say). ``clean`` and ``reverb`` sessions lie over a uniform white floor at
-  ``FLOOR_DBFS``.
+  the recognizer say), and the errors of each session's first sentence, session and alone (the
+  stream meets it after the lead-in's background from its start, every later one after an
+  endpoint: the two ask different things of the runtime). ``clean`` and ``reverb`` sessions lie
+  over a uniform white floor at ``FLOOR_DBFS``.
 
 With ``lm_args`` (the decoding scripts' ``--lm`` / ``--word-lm`` options) both parts decode with the LM: it
 is fused into the sentences alone and passed to the server.
@@ -236,20 +238,24 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
                                             background_of=lambda plan, c=condition: _session_background(
                                                 plan, c, config.seed))
             session_errors, alone_errors, words, inserted, alone_inserted = [], [], [], 0, 0
+            first = {"session_errors": 0, "alone_errors": 0, "words": 0}  # each session's first sentence
             for d in details:
                 errs, ins = _sentence_errors(d["refs"], [f["text"] for f in d["finals"]], d["speech_s"])
+                first["session_errors"] += errs[0]
                 session_errors += errs
                 inserted += ins
-                for ref, text, span in zip(d["refs"], d["alone"], d["speech_s"]):
+                for k, (ref, text, span) in enumerate(zip(d["refs"], d["alone"], d["speech_s"])):
                     errs, ins = _sentence_errors([ref], [text], [span])
+                    first["alone_errors"] += errs[0] if k == 0 else 0
                     alone_errors += errs
                     alone_inserted += ins
+                first["words"] += len(d["refs"][0].split())
                 words += [len(r.split()) for r in d["refs"]]
             row = {"sessions": summary["sessions"], "failed_sessions": summary["failed_sessions"],
                    "finals_per_session": finals_per_session(details),
                    "worded_finals_per_session": finals_per_session(details, worded=True),
                    "gaps": summary["gaps"], "gaps_fused": summary["gaps_fused"], "gaps_late": summary["gaps_late"],
-                   "inserted_words": inserted, "alone_inserted_words": alone_inserted,
+                   "inserted_words": inserted, "alone_inserted_words": alone_inserted, "first_sentence": first,
                    # what the server sent each session (finals with their times) beside its references and the
                    # sentences alone: where a background's cost lies is read from these
                    "details": details}
@@ -332,18 +338,27 @@ def format_tables(report: dict) -> str:
         per = report["config"]["sentences"]
         lines += ["", f"Live sessions through the server ({per} sentences each){with_lm}:", "",
                   "| condition | sessions | session WER % | alone WER % | session - alone [95% CI] | "
-                  f"finals / session ({per} sentences; with words) | fused gaps | inserted words: session / alone |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"finals / session ({per} sentences; with words) | fused gaps | inserted words: session / alone | "
+                  "first sentences' errors: session / alone (words) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name in report["conditions"]:
             s = sessions.get(name, {"not_run": "missing"})
             if "not_run" in s or "session" not in s:
-                lines.append(f"| {name} | not run: {s.get('not_run', s.get('failed_sessions'))} |" + " |" * 6)
+                # the reason may quote the server's stderr (its usage line has '|'): one table cell
+                reason = " ".join(str(s.get("not_run", s.get("failed_sessions"))).split()).replace("|", "\\|")
+                lines.append(f"| {name} | not run: {reason} |" + " |" * 7)
                 continue
             finals = f"{s['finals_per_session']:.2f}; {_finals(s.get('worded_finals_per_session'))}"
             lines.append(f"| {name} | {s['sessions']} | {_interval(s['session'])} | {_interval(s['alone'])} | "
                          f"{_diff(s['difference'])} | {finals} | {s['gaps_fused']}/{s['gaps']} | "
-                         f"{s['inserted_words']} / {s['alone_inserted_words']} |")
+                         f"{s['inserted_words']} / {s['alone_inserted_words']} | "
+                         f"{_first_sentences(s.get('first_sentence'))} |")
     return "\n".join(lines)
+
+
+def _first_sentences(first: dict | None) -> str:
+    """Errors of the sessions' first sentences, in the session and alone, or '-' in a report written before."""
+    return "-" if first is None else f"{first['session_errors']} / {first['alone_errors']} ({first['words']})"
 
 
 def summary_row(report: dict) -> dict:

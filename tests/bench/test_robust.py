@@ -178,6 +178,10 @@ def test_a_server_that_does_not_start_leaves_the_sentences_alone_in_the_report(t
         assert "--no-such-option" in row["not_run"]  # the server's own complaint, from its stderr
     table = format_tables(report)
     assert table.count("| white@10dB | not run: the server") == 1 and table.count("| white@10dB |") == 2
+    header = next(line for line in table.splitlines() if line.startswith("| condition | sessions |"))
+    # one cell a column: the server's complaint (its usage line has '|') is escaped and on one line
+    assert all(line.replace("\\|", "").count("|") == header.count("|")
+               for line in table.splitlines() if "| not run: " in line)
     assert summary_row(report)["worst_session_difference"] is None
 
 
@@ -195,6 +199,12 @@ def test_finals_count_every_final_and_apart_those_with_words():
     # a report written before the count existed still prints
     del row["worded_finals_per_session"]
     assert "| 2.00; - | 0/8 |" in format_tables(report)
+    # the first sentences' errors, and a report written before they were counted
+    assert format_tables(report).endswith("| 1 / 0 | - |")
+    row["first_sentence"] = {"session_errors": 3, "alone_errors": 1, "words": 14}
+    table = format_tables(report).splitlines()
+    assert table[-1].endswith("| 1 / 0 | 3 / 1 (14) |")
+    assert table[-1].count("|") == table[-3].count("|") == table[-2].count("|")  # row, header and rule agree
 
 
 def test_the_server_start_time_must_be_positive(tmp_path):
@@ -213,6 +223,8 @@ def test_sessions_through_a_real_server(tmp_path):
         (detail,) = session["details"]  # the session's own record: its finals and the sentences alone
         assert len(detail["refs"]) == len(detail["alone"]) == len(detail["speech_s"])
         assert len(detail["finals"]) == session["finals_per_session"]
+        first = session["first_sentence"]
+        assert first["words"] == len(detail["refs"][0].split()) and first["alone_errors"] <= first["words"]
     assert format_tables(report).count("| white@10dB |") == 2
     assert summary_row(report)["worst_session_difference"] is not None
 
