@@ -238,19 +238,19 @@ def run_sessions_per_condition(config: RobustConfig, sentences: list[Sentence], 
                                             background_of=lambda plan, c=condition: _session_background(
                                                 plan, c, config.seed))
             session_errors, alone_errors, words, inserted, alone_inserted = [], [], [], 0, 0
-            first = {"session_errors": 0, "alone_errors": 0, "words": 0}  # each session's first sentence
+            firsts = []  # where each session's first sentence lies in the per-sentence lists
             for d in details:
+                firsts.append(len(words))
                 errs, ins = _sentence_errors(d["refs"], [f["text"] for f in d["finals"]], d["speech_s"])
-                first["session_errors"] += errs[0]
                 session_errors += errs
                 inserted += ins
-                for k, (ref, text, span) in enumerate(zip(d["refs"], d["alone"], d["speech_s"])):
+                for ref, text, span in zip(d["refs"], d["alone"], d["speech_s"]):
                     errs, ins = _sentence_errors([ref], [text], [span])
-                    first["alone_errors"] += errs[0] if k == 0 else 0
                     alone_errors += errs
                     alone_inserted += ins
-                first["words"] += len(d["refs"][0].split())
                 words += [len(r.split()) for r in d["refs"]]
+            first = {name: sum(counts[i] for i in firsts) for name, counts in
+                     (("session_errors", session_errors), ("alone_errors", alone_errors), ("words", words))}
             row = {"sessions": summary["sessions"], "failed_sessions": summary["failed_sessions"],
                    "finals_per_session": finals_per_session(details),
                    "worded_finals_per_session": finals_per_session(details, worded=True),
