@@ -66,7 +66,9 @@ also restarts the stream's encoder and decoder (``EndpointConfig.forget_backgrou
 seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
 just before them, as a sentence alone does. A stream that starts on talk takes it for the speaker until someone
 louder by the speaker's margin is heard; when every frame of the utterance before that chunk is background by the
-louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance.
+louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. A stream
+whose talk the recognizer reads no word in has no speaker's level yet; there the test is the frames before the
+chunk alone (at least ``FORGET_AFTER_S`` of them, more than a VAD segment's pad): each the margin under the chunk.
 
 Beside these frame-level decisions, a stream drops whole words of the background from its results
 (``EndpointConfig.drop_background_words``, :mod:`asr.decode.background_words`): a word far under the

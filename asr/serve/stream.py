@@ -385,11 +385,21 @@ class Stream:
     def _louder_talker_started(self, speaker_db: float | None, frames: int) -> bool:
         """The chunk just consumed (``frames`` frames) is heard more than the speaker's margin over the speaker's level
         before it (``speaker_db``), and every frame of the utterance before it is background by that louder level:
-        the talk the stream started on was not the speaker."""
+        the talk the stream started on was not the speaker.
+
+        Before the recognizer has emitted anything there is no speaker's level (None): a stream that starts on talk
+        the recognizer reads no word in has only that talk in the attention's reach when the speaker starts. Then the
+        frames before the chunk, at least ``FORGET_AFTER_S`` of them (more than a VAD segment's own pad), being
+        background by the chunk's level is the test alone: every one of them lies the margin under it."""
         policy = self._rec.endpoint
         heard = self._utt.heard_db
         loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)
-        if speaker_db is None or loudest is None or loudest < speaker_db + policy.speaker_margin_db:
+        if loudest is None:
+            return False
+        if speaker_db is None:
+            if (len(heard) - frames) * self._rec.frame_s < FORGET_AFTER_S - 1e-9:
+                return False
+        elif loudest < speaker_db + policy.speaker_margin_db:
             return False
         before = zip(heard[:-frames], self._utt.floor_db[:-frames])
         # a frame before the floor is known is judged by its level alone

@@ -105,3 +105,51 @@ def test_a_quieter_sentence_of_the_speaker_before_a_louder_one_is_not_forgotten(
     rec, stream = _stream(model, tokenizer, [(12, 18), (32, 58)], EndpointConfig(reset="both", absence_s=None))
     finals = [f for f in run(rec, stream, _audio(levels)) if f.text]
     assert [w.word for w in finals[0].words] == [_word(12, 18), _word(32, 58)] and stream.background_restarts == 0
+
+
+def _first_final(model, tokenizer, levels, speech, config):
+    rec, stream = _stream(model, tokenizer, speech, config)
+    seen = []
+    wave = _audio(levels)
+    finals = [f for f in run(rec, stream, wave, on_endpoint=lambda s: s.is_endpoint() and seen.append(
+        (s._utt.start_frame, torch.cat(s._utt.enc_out)))) if f.text]
+    return rec, stream, wave, finals, seen
+
+
+def test_talk_the_recognizer_reads_no_word_in_leaves_when_the_speaker_starts(model, tokenizer):
+    """The stream starts on 1.2 s of talk on its floor that the recognizer reads nothing in (no speaker's level yet);
+    the speaker starts 24 dB over it at frame 30. Every frame before the speaker's chunk lies the margin under it: that
+    chunk is encoded again from a fresh state, the talk out of the attention's reach; the words do not move."""
+    levels = [FLOOR] * 30 + [-16.0] * 30 + [FLOOR] * 30
+    config = EndpointConfig(reset="both", absence_s=None)
+    rec, stream, wave, finals, seen = _first_final(model, tokenizer, levels, [(32, 58)], config)
+    assert [w.word for w in finals[0].words] == [_word(32, 58)] and stream.background_restarts == 1
+    start, frames = seen[0]
+    assert start == 28 and finals[0].span[0] == pytest.approx(28 * rec.frame_s)  # the chunk of frames 28-31
+    want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
+    assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
+    _, off, _, off_finals, off_seen = _first_final(model, tokenizer, levels, [(32, 58)],
+                                                   EndpointConfig(reset="both", absence_s=None, forget_background=False))
+    assert off.background_restarts == 0 and off_seen[0][0] == 0  # without it the encoder ran on from the talk
+    assert [f.text for f in off_finals] == [f.text for f in finals]
+
+
+def test_less_talk_than_a_vad_pad_before_the_speaker_keeps_the_stream_whole(model, tokenizer):
+    """Under FORGET_AFTER_S of talk before the speaker is not a stream that started on talk: a VAD segment's own
+    pre-roll (0.3 s) is that long."""
+    lead = 8
+    assert lead * 0.04 < FORGET_AFTER_S
+    levels = [FLOOR] * lead + [-16.0] * 30 + [FLOOR] * 30
+    _, stream, _, finals, seen = _first_final(model, tokenizer, levels, [(lead + 2, lead + 28)],
+                                              EndpointConfig(reset="both", absence_s=None))
+    assert stream.background_restarts == 0 and seen[0][0] == 0 and len(finals) == 1
+
+
+def test_a_sound_far_over_a_quiet_rooms_floor_before_the_speaker_keeps_the_stream_whole(model, tokenizer):
+    """A sound the recognizer reads nothing in, 20 dB under the speaker but far over a quiet room's floor, is not a
+    background: the speaker's stream stays whole."""
+    room = -70.0
+    levels = [room] * 12 + [-36.0] * 6 + [room] * 12 + [-16.0] * 30 + [room] * 30
+    _, stream, _, finals, seen = _first_final(model, tokenizer, levels, [(32, 58)],
+                                              EndpointConfig(reset="both", absence_s=None))
+    assert stream.background_restarts == 0 and seen[0][0] == 0 and len(finals) == 1
