@@ -5,13 +5,16 @@ Axis legend: T feature frames, F feature bins.
 The :class:`~asr.serve.multi_stream.MultiStreamRecognizer` takes overlapping chunks from the front of the
 queue (``head``) and drops the frames the next chunk no longer needs (``drop``). At an endpoint
 that restarts the encoder inside a chunk, the frames the chunk took from the split point on go
-back to the front (``rewind``) to be encoded again from a fresh state; one that restarts the
+back to the front (``rewind``) to be encoded again from a fresh state (a talker who started in the chunk
+before takes the last two chunks back); one that restarts the
 online CMN normalizes the waiting frames again from their raw fbank values (``renormalize``), so
 the next utterance's frames are the ones a fresh frontend gives. The raw frames are kept only
 when a reset can ask for them.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import torch
 
@@ -37,7 +40,8 @@ class FeatureQueue:
     def clear(self) -> None:
         self.feats: torch.Tensor | None = None  # (T, F) normalized
         self._raw: torch.Tensor | None = None  # (T, F) the same frames before normalization
-        self._dropped: tuple[torch.Tensor, torch.Tensor | None] | None = None  # the frames the last drop took
+        # The frames the last two drops took, (feats, raw) each, oldest first: what a rewind can put back
+        self._dropped: deque[tuple[torch.Tensor, torch.Tensor | None]] = deque(maxlen=2)
 
     def __len__(self) -> int:
         return 0 if self.feats is None else self.feats.size(0)
@@ -55,24 +59,26 @@ class FeatureQueue:
         return self.feats[:n]
 
     def drop(self, n: int) -> None:
-        """Remove the first n frames; the last drop is remembered for :meth:`rewind`."""
+        """Remove the first n frames; the last two drops are remembered for :meth:`rewind`."""
         raw = None if self._raw is None else self._raw[:n]
-        self._dropped = (self.feats[:n], raw)
+        self._dropped.append((self.feats[:n], raw))
         self.feats = self.feats[n:] if self.feats.size(0) > n else None
         if self._raw is not None:
             self._raw = self._raw[n:] if self._raw.size(0) > n else None
 
-    def rewind(self, start: int) -> None:
-        """Put the last drop's frames from its frame ``start`` on back in front."""
-        if self._dropped is None:
-            raise ValueError("nothing was dropped to rewind to.")
-        feats, raw = self._dropped
+    def rewind(self, start: int, drops: int = 1) -> None:
+        """Put the frames of the last ``drops`` drops (1 or 2, in stream order) from their frame ``start`` on back
+        in front; the drops before them are forgotten."""
+        if not 1 <= drops <= len(self._dropped):
+            raise ValueError(f"cannot rewind {drops} drop(s): {len(self._dropped)} remembered.")
+        kept = list(self._dropped)[-drops:]
+        feats = torch.cat([f for f, _ in kept])
         if not 0 <= start <= feats.size(0):
             raise ValueError(f"rewind start ({start}) outside the {feats.size(0)} dropped frames.")
         self.feats = _cat(feats[start:], self.feats)
         if self.keep_raw:
-            self._raw = _cat(raw[start:], self._raw)
-        self._dropped = None
+            self._raw = _cat(torch.cat([r for _, r in kept])[start:], self._raw)
+        self._dropped.clear()
 
     def renormalize(self) -> None:
         """Restart the frontend's running normalization and normalize the queued frames again from it."""

@@ -94,6 +94,9 @@ class Stream:
         self.error: str | None = None  # why decoding this stream failed (state FAILED)
         self.new_frames = 0  # encoder frames decoded by the last decode() (partial result changed)
         self.background_restarts = 0  # chunks of background before a word that restarted the encoder
+        # The chunk take_step consumed before the last one, in this utterance with nothing consumed between: its
+        # (frames, the speaker's level before it); a talker who started in it is found a chunk later
+        self._previous_chunk: tuple[int, float | None] | None = None
 
     # ---- any thread ----------------------------------------------------------
 
@@ -172,6 +175,7 @@ class Stream:
         self._search.reset()
         self._endpoint.reset()
         self._final = None
+        self._previous_chunk = None
         self._move(StreamState.DECODING)
         self._utterance += 1
         policy = self._rec.endpoint
@@ -254,16 +258,19 @@ class Stream:
         self._queue.drop(self._rec.chunk_step)  # the frames no later chunk needs
         self.encoder_state = encoder_state
         speaker_db = self._endpoint.speaker.level_db if self._endpoint.speaker is not None else None
+        previous, self._previous_chunk = self._previous_chunk, None
         try:
             self._consume(enc_out, log_probs, first)
             if self._may_forget():
                 frames = log_probs.size(0)
                 if self._heard_only_background(frames):
                     self._forget_background(first + frames)
-                elif self._louder_talker_started(speaker_db, frames):
-                    self._queue.rewind(0)  # the chunk is encoded again, from a fresh state
+                elif chunks := self._louder_talker_chunks(speaker_db, frames, previous):
+                    self._queue.rewind(0, drops=chunks)  # encoded again, from a fresh state
                     self._endpoint.reset()
-                    self._forget_background(first)
+                    self._forget_background(first - (previous[0] if chunks == 2 else 0))
+                else:
+                    self._previous_chunk = (frames, speaker_db)
         except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
             self.fail(err)
 
@@ -273,6 +280,7 @@ class Stream:
         if carry is None or not self._lifecycle.takes_frames:
             return False
         self._carry = None
+        self._previous_chunk = None
         try:
             self._consume(carry.enc_out, carry.log_probs, carry.first_frame + carry.start)
         except Exception as err:  # noqa: BLE001 - e.g. rescoring at an endpoint; this stream only
@@ -350,7 +358,9 @@ class Stream:
         context = self._endpoint.context_frames  # the frames before these that judge them too
         levels = self._levels.levels(first_frame - context, context + log_probs.size(0))
         start = self._endpoint.advance_to_endpoint(log_probs, levels[context:], earlier_db=levels[:context])
-        self._levels.forget_before(first_frame - context)  # frames are read in order; a split's carry starts later
+        # Frames are read in order (a split's carry starts later); a louder talker's restart reads the chunk before
+        # this one again
+        self._levels.forget_before(first_frame - context - self._rec.chunk_step // self._rec.subsampling_rate)
         log_probs = self._endpoint.suppressed(log_probs)
         kept = log_probs.size(0) if start is None else start
         self._utt.heard_db += self._endpoint.heard_db[:kept]
@@ -382,15 +392,26 @@ class Stream:
         best = self._search.nbest(complete=False)
         return not best or not best[0][0]
 
+    def _louder_talker_chunks(self, speaker_db: float | None, frames: int,
+                              previous: tuple[int, float | None] | None) -> int:
+        """How many of the last chunks a louder talker started in (0: none): the chunk just consumed (``frames``
+        frames, the speaker's level ``speaker_db`` before it), or it and the ``previous`` one (its frames and the
+        level before it), where a speaker's onset straddles their boundary and the first holds only its quiet start."""
+        if self._louder_talker_started(speaker_db, frames):
+            return 1
+        if previous is not None and self._louder_talker_started(previous[1], frames + previous[0]):
+            return 2
+        return 0
+
     def _louder_talker_started(self, speaker_db: float | None, frames: int) -> bool:
-        """The chunk just consumed (``frames`` frames) is heard more than the speaker's margin over the speaker's level
-        before it (``speaker_db``), and every frame of the utterance before it is background by that louder level:
+        """The last ``frames`` frames consumed are heard more than the speaker's margin over the speaker's level
+        before them (``speaker_db``), and every frame of the utterance before them is background by that louder level:
         the talk the stream started on was not the speaker.
 
         Before the recognizer has emitted anything there is no speaker's level (None): a stream that starts on talk
         the recognizer reads no word in has only that talk in the attention's reach when the speaker starts. Then the
-        frames before the chunk, at least ``FORGET_AFTER_S`` of them (more than a VAD segment's own pad), being
-        background by the chunk's level is the test alone: every one of them lies the margin under it."""
+        frames before them, at least ``FORGET_AFTER_S`` of them (more than a VAD segment's own pad), being
+        background by their level is the test alone: every one of them lies the margin under it."""
         policy = self._rec.endpoint
         heard = self._utt.heard_db
         loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)

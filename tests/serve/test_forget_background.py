@@ -153,3 +153,18 @@ def test_a_sound_far_over_a_quiet_rooms_floor_before_the_speaker_keeps_the_strea
     _, stream, _, finals, seen = _first_final(model, tokenizer, levels, [(32, 58)],
                                               EndpointConfig(reset="both", absence_s=None))
     assert stream.background_restarts == 0 and seen[0][0] == 0 and len(finals) == 1
+
+
+def test_a_speaker_whose_quiet_onset_ends_the_chunk_before_restarts_at_that_chunk(model, tokenizer):
+    """As the louder talker's test, but the speaker's first two frames (30, 31) are a quiet onset 12 dB over the talk,
+    at the end of the chunk of frames 28-31: that chunk is not the margin over the talk's word, and the next one is
+    not the margin over every frame before it (the onset is among them). Over both chunks it is: the two are
+    encoded again from a fresh state, and the talk's word leaves the final."""
+    levels = [FLOOR] * 12 + [FLOOR + 4.0] * 6 + [FLOOR] * 12 + [FLOOR + 12.0] * 2 + [-16.0] * 28 + [FLOOR] * 30
+    config = EndpointConfig(reset="both", drop_background_words=False, absence_s=None)
+    rec, stream, wave, finals, seen = _first_final(model, tokenizer, levels, [(12, 18), (32, 58)], config)
+    assert [w.word for w in finals[0].words] == [_word(32, 58)] and stream.background_restarts == 1
+    start, frames = seen[0]
+    assert start == 28 and finals[0].span[0] == pytest.approx(28 * rec.frame_s)
+    want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
+    assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
