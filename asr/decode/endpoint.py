@@ -40,11 +40,12 @@ by what came before it. The same decision ends utterances and, with ``suppress_b
 makes the frame a certain blank for the search, so the background's words are not emitted as
 the speaker's.
 
-The search is told a frame is background only when its whole chunk ahead of it is too
-(:func:`~asr.decode.levels.loudest_ahead`): a frame's output is computed from every frame of its
-chunk (chunk attention), so the recognizer emits a word on frames before the word's own audio,
+The search is told a frame is background only when the audio ahead of it in its chunk is too, up to
+``search_ahead_s`` (:func:`~asr.decode.levels.loudest_ahead`): a frame's output is computed from every frame of
+its chunk (chunk attention), so the recognizer emits a word on frames before the word's own audio,
 most of all on the first frames of a VAD segment, whose pre-roll is the silence before the onset.
-Judged by its own audio, such a frame would make the sentence's first word a blank. The endpoint rule keeps the
+Judged by its own audio, such a frame would make the sentence's first word a blank. Looking no further than the
+pre-roll's length keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint rule keeps the
 window alone: counting those frames as speech would shorten the pause it measures.
 
 The background's floor (``EndpointConfig.floor_margin_db``): one speaker's sentences differ in
@@ -151,6 +152,9 @@ class EndpointConfig:
     # A frame is background when the loudest frame within half this window either side is (see the module
     # docstring; 0: each frame by itself). About a syllable: a consonant next to its vowel is in the window.
     speaker_window_s: float = 0.28
+    # The search judges a frame by the loudest audio this far ahead of it in its chunk too (None: the chunk's
+    # rest): as long as a VAD segment's pre-roll (0.3 s), so a word emitted on the pre-roll before its audio stays.
+    search_ahead_s: float | None = 0.32
     # A frame is background only when its audio is also within this many dB over the background's floor
     # (:class:`BackgroundFloor`; None: the speaker's level alone judges): a quieter sentence after a loud one
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
@@ -184,6 +188,8 @@ class EndpointConfig:
                              f"speaker_decay_db_s ({self.speaker_decay_db_s}) >= 0.")
         if not 0.0 <= self.speaker_window_s < math.inf:
             raise ValueError(f"speaker_window_s ({self.speaker_window_s}) must be a finite number of seconds >= 0.")
+        if self.search_ahead_s is not None and not 0.0 <= self.search_ahead_s < math.inf:
+            raise ValueError(f"search_ahead_s ({self.search_ahead_s}) must be a finite number of seconds >= 0 or None.")
         if (self.floor_margin_db is not None and self.floor_margin_db < 0) or not 0 < self.floor_rise_db_s < math.inf:
             raise ValueError(f"floor_margin_db ({self.floor_margin_db}) must be >= 0 or None and floor_rise_db_s "
                              f"({self.floor_rise_db_s}) a finite number > 0.")
@@ -242,6 +248,8 @@ class EndpointDetector:
         # Frames either side of a frame whose levels judge it (the levels a caller passes as ``earlier_db``).
         self.context_frames = int(config.speaker_window_s / (2 * frame_s) + 1e-9)
         self.absence_frames = int(config.absence_window_s / (2 * frame_s) + 1e-9)  # each side, for the absence rule
+        self.search_ahead_frames = (None if config.search_ahead_s is None
+                                    else int(config.search_ahead_s / frame_s + 1e-9))
         self.reset()
 
     def reset(self) -> None:
@@ -314,7 +322,7 @@ class EndpointDetector:
         levels = levels_db.double().numpy()
         earlier = earlier_db.double().numpy() if earlier_db is not None else np.zeros(0)
         around = surrounding_levels(levels, earlier, self.context_frames)
-        heard = np.fmax(around, loudest_ahead(levels))  # what the recognizer heard when it emitted on the frame
+        heard = np.fmax(around, loudest_ahead(levels, self.search_ahead_frames))  # what the recognizer heard
         absence = self.config.ends_at_absence
         nearby = surrounding_levels(levels, earlier, self.absence_frames).tolist() if absence else []  # its window
         silent = []

@@ -82,11 +82,18 @@ def surrounding_levels(levels_db: np.ndarray, earlier_db: np.ndarray, each_side:
     return around
 
 
-def loudest_ahead(levels_db: np.ndarray) -> np.ndarray:
+def loudest_ahead(levels_db: np.ndarray, frames: int | None = None) -> np.ndarray:
     """(t,) per frame of ``levels_db`` (t,): the loudest known level from it to the last frame (its chunk's
-    rest). NaN levels are unknown; a frame whose own level is unknown stays NaN."""
+    rest), or to at most ``frames`` frames after it. NaN levels are unknown; a frame whose own level is unknown
+    stays NaN."""
     levels_db = np.asarray(levels_db, dtype=np.float64)
-    ahead = np.fmax.accumulate(levels_db[::-1])[::-1]  # fmax skips NaN: NaN only where all ahead is unknown
+    if frames is None or frames >= levels_db.size:
+        ahead = np.fmax.accumulate(levels_db[::-1])[::-1]  # fmax skips NaN: NaN only where all ahead is unknown
+    else:
+        if frames < 0:
+            raise ValueError(f"frames ({frames}) must be >= 0 or None.")
+        padded = np.concatenate([levels_db, np.full(frames, np.nan)])
+        ahead = np.fmax.reduce(np.lib.stride_tricks.sliding_window_view(padded, frames + 1), axis=1)
     ahead[np.isnan(levels_db)] = np.nan
     return ahead
 

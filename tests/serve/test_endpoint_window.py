@@ -162,6 +162,30 @@ def test_loudest_ahead_matches_a_frame_by_frame_reference():
                 for k, own in enumerate(levels)]
     np.testing.assert_array_equal(loudest_ahead(levels), np.array(expected))
     assert loudest_ahead(np.zeros(0)).shape == (0,)
+    for frames in (0, 1, 3, 15, 40):  # at most ``frames`` ahead; 15 and more: the chunk's rest
+        near = [math.nan if math.isnan(own) else max([x for x in levels[k : k + frames + 1] if not math.isnan(x)])
+                for k, own in enumerate(levels)]
+        np.testing.assert_array_equal(loudest_ahead(levels, frames), np.array(near))
+    with pytest.raises(ValueError, match="frames"):
+        loudest_ahead(levels, -1)
+
+
+def test_the_search_looks_no_further_ahead_than_search_ahead_s():
+    """A chunk of talk on its floor whose last two frames are a loud syllable of it: with the speaker's level
+    known, the frames more than ``search_ahead_s`` before the syllable are background for the search, the rest not;
+    looking to the chunk's end (None), none of them is."""
+    frame_s = 0.04
+    for ahead_s, judged in ((0.32, [True] * 6 + [False] * 10), (None, [False] * 16)):
+        detector = EndpointDetector(EndpointConfig(search_ahead_s=ahead_s, floor_margin_db=None), 0, frame_s)
+        detector.speaker.level_db = -10.0
+        quiet = torch.full((16,), -45.0, dtype=torch.float64)
+        quiet[14:] = -20.0  # 10 dB under the speaker: not background by itself
+        blank = torch.full((16, 3), -10.0)
+        blank[:, 0] = 0.0
+        detector.advance(blank, quiet, earlier_db=torch.full((3,), -45.0, dtype=torch.float64))
+        assert detector.search_background == judged, ahead_s
+    with pytest.raises(ValueError, match="search_ahead_s"):
+        EndpointConfig(search_ahead_s=-0.1)
 
 
 def test_a_first_word_emitted_on_the_silence_before_its_audio_is_kept():
