@@ -46,8 +46,9 @@ silence after speech that ends an utterance.
 Talk behind the speaker (a television, colleagues) keeps the VAD open. Audio --endpoint-speaker-margin
 dB under the speaker's level and near the background's floor is then the background: it ends an
 utterance like silence (--endpoint-absence of it ends a pause as the VAD would), its words are
-neither decoded nor kept (--endpoint-suppress-background), and before the speaker's next word it
-leaves the encoder's caches (--endpoint-forget-background).
+neither decoded nor kept (--endpoint-suppress-background; the search judges a frame by the audio up to
+--endpoint-search-ahead after it too), and before the speaker's next word it leaves the encoder's caches
+(--endpoint-forget-background).
 
 --backend onnx runs the encoder's whole chunks through a step written by
 scripts/export.py (same --chunk-size and --left-chunks; checked), one stream at a
@@ -133,6 +134,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"a frame is under the speaker's level when the loudest audio within half this window "
                              f"either side is, so a word's quiet consonants stay the speaker's (default "
                              f"{endpoint.speaker_window_s:g}; 0: each frame by itself)")
+    parser.add_argument("--endpoint-search-ahead", type=float, default=endpoint.search_ahead_s, metavar="S",
+                        help=f"the search judges a frame by the loudest audio up to this far ahead of it in its chunk "
+                             f"too, so a word emitted before its audio is not blanked (default "
+                             f"{endpoint.search_ahead_s:g}, a VAD pre-roll; a chunk's length or more: its whole rest)")
     parser.add_argument("--endpoint-suppress-background", action=argparse.BooleanOptionalAction, default=None,
                         help=f"also read audio under the speaker's level and near the background's own floor as "
                              f"silence in the search, and drop from partials and finals a word far under the loudest "
@@ -172,6 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.endpoint_speaker_margin < float("inf") or not 0 <= args.endpoint_speaker_window < float("inf"):
         parser.error(f"--endpoint-speaker-margin ({args.endpoint_speaker_margin}) and --endpoint-speaker-window "
                      f"({args.endpoint_speaker_window}) must be finite numbers >= 0")
+    if not 0 <= args.endpoint_search_ahead < float("inf"):
+        parser.error(f"--endpoint-search-ahead ({args.endpoint_search_ahead}) must be a finite number >= 0")
     if not 0 <= args.endpoint_absence < float("inf"):
         parser.error(f"--endpoint-absence ({args.endpoint_absence}) must be a finite number >= 0")
     if args.endpoint_suppress_background and not args.endpoint_speaker_margin:
@@ -210,7 +217,8 @@ def build_server(args: argparse.Namespace):
                                 suppress_background=args.endpoint_suppress_background,
                                 forget_background=args.endpoint_forget_background,
                                 absence_s=args.endpoint_absence or None,
-                                speaker_window_s=args.endpoint_speaker_window),
+                                speaker_window_s=args.endpoint_speaker_window,
+                                search_ahead_s=args.endpoint_search_ahead),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )

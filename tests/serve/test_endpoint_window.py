@@ -110,6 +110,8 @@ def test_the_server_options_and_their_checks(capsys):
     args = parse_args(base)
     default = EndpointConfig()
     assert args.endpoint_speaker_window == default.speaker_window_s
+    assert args.endpoint_search_ahead == default.search_ahead_s
+    assert parse_args(base + ["--endpoint-search-ahead", "0.64"]).endpoint_search_ahead == 0.64
     assert args.endpoint_suppress_background is default.suppress_background
     assert parse_args(base + ["--endpoint-suppress-background"]).endpoint_suppress_background is True
     assert parse_args(base + ["--no-endpoint-suppress-background"]).endpoint_suppress_background is False
@@ -120,6 +122,7 @@ def test_the_server_options_and_their_checks(capsys):
     for bad, says in ((["--endpoint-speaker-window", "-0.1"], "--endpoint-speaker-window"),
                       (["--endpoint-speaker-margin", "-3"], "--endpoint-speaker-margin"),
                       (["--endpoint-absence", "-1"], "--endpoint-absence"),
+                      (["--endpoint-search-ahead", "-0.1"], "--endpoint-search-ahead"),
                       (["--endpoint-speaker-margin", "0", "--endpoint-suppress-background"], "needs")):
         with pytest.raises(SystemExit):
             parse_args(base + bad)
