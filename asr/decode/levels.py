@@ -113,6 +113,31 @@ def is_background_level(level_db: float, speaker_db: float | None, speaker_margi
     return level_db < floor_db + floor_margin_db
 
 
+
+def louder_talker_started(heard_db: list[float], floor_db: list[float], frames: int, speaker_db: float | None,
+                          speaker_margin_db: float, floor_margin_db: float | None, min_before_frames: float) -> bool:
+    """Whether the last ``frames`` of an utterance's frames (``heard_db``, the levels the search judged, and
+    ``floor_db``, the floor then; NaN: unknown) are a talker louder than all before them: heard more than the
+    speaker's margin over the speaker's level before them (``speaker_db``), and every earlier frame background by
+    that louder level (a frame before the floor is known by its level alone). The talk the stream started on was
+    not the speaker.
+
+    Before the recognizer has emitted anything there is no speaker's level (None): a stream that starts on talk
+    the recognizer reads no word in has only that talk in the attention's reach when the speaker starts. Then at
+    least ``min_before_frames`` earlier frames (more than a VAD segment's own pad), each the margin under the last
+    ones, are the test alone."""
+    loudest = max((h for h in heard_db[-frames:] if not math.isnan(h)), default=None)
+    before = len(heard_db) - frames
+    if loudest is None or before <= 0:
+        return False
+    if speaker_db is None:
+        if before < min_before_frames - 1e-9:
+            return False
+    elif loudest < speaker_db + speaker_margin_db:
+        return False
+    return all(is_background_level(h, loudest, speaker_margin_db, f, floor_margin_db, unknown_floor=True)
+               for h, f in zip(heard_db[:before], floor_db[:before]))
+
 class SpeakerLevel:
     """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the
     margin), falling by ``decay_db_s`` a second; None until the first such frame."""

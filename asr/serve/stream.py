@@ -17,7 +17,6 @@ runs the recognizer's rounds.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 from asr.decode.ctc_prefix_beam import CtcPrefixBeamSearch
 from asr.decode.endpoint import FORGET_AFTER_S, EndpointDetector
 from asr.decode.hotwords import Biasing
-from asr.decode.levels import LevelTrack, is_background_level
+from asr.decode.levels import LevelTrack, louder_talker_started
 from asr.model.positions import TooLongForTable
 from asr.serve.frames import FeatureQueue
 from asr.serve.stream_state import AudioEnd, Segment, StreamState, move
@@ -394,39 +393,19 @@ class Stream:
 
     def _louder_talker_chunks(self, speaker_db: float | None, frames: int,
                               previous: tuple[int, float | None] | None) -> int:
-        """How many of the last chunks a louder talker started in (0: none): the chunk just consumed (``frames``
-        frames, the speaker's level ``speaker_db`` before it), or it and the ``previous`` one (its frames and the
-        level before it), where a speaker's onset straddles their boundary and the first holds only its quiet start."""
-        if self._louder_talker_started(speaker_db, frames):
+        """How many of the last chunks a louder talker started in (0: none; :func:`louder_talker_started`): the chunk
+        just consumed (``frames`` frames, the speaker's level ``speaker_db`` before it), or it and the ``previous``
+        one (its frames and the level before it), where a speaker's onset straddles their boundary and the first
+        holds only its quiet start."""
+        policy, utt = self._rec.endpoint, self._utt
+
+        def started(level_db: float | None, last: int) -> bool:
+            return louder_talker_started(utt.heard_db, utt.floor_db, last, level_db, policy.speaker_margin_db,
+                                         policy.floor_margin_db, FORGET_AFTER_S / self._rec.frame_s)
+
+        if started(speaker_db, frames):
             return 1
-        if previous is not None and self._louder_talker_started(previous[1], frames + previous[0]):
-            return 2
-        return 0
-
-    def _louder_talker_started(self, speaker_db: float | None, frames: int) -> bool:
-        """The last ``frames`` frames consumed are heard more than the speaker's margin over the speaker's level
-        before them (``speaker_db``), and every frame of the utterance before them is background by that louder level:
-        the talk the stream started on was not the speaker.
-
-        Before the recognizer has emitted anything there is no speaker's level (None): a stream that starts on talk
-        the recognizer reads no word in has only that talk in the attention's reach when the speaker starts. Then the
-        frames before them, at least ``FORGET_AFTER_S`` of them (more than a VAD segment's own pad), being
-        background by their level is the test alone: every one of them lies the margin under it."""
-        policy = self._rec.endpoint
-        heard = self._utt.heard_db
-        loudest = max((h for h in heard[-frames:] if not math.isnan(h)), default=None)
-        if loudest is None:
-            return False
-        if speaker_db is None:
-            if (len(heard) - frames) * self._rec.frame_s < FORGET_AFTER_S - 1e-9:
-                return False
-        elif loudest < speaker_db + policy.speaker_margin_db:
-            return False
-        before = zip(heard[:-frames], self._utt.floor_db[:-frames])
-        # a frame before the floor is known is judged by its level alone
-        return len(heard) > frames and all(
-            is_background_level(h, loudest, policy.speaker_margin_db, f, policy.floor_margin_db, unknown_floor=True)
-            for h, f in before)
+        return 2 if previous is not None and started(previous[1], frames + previous[0]) else 0
 
     def _forget_background(self, next_frame: int) -> None:
         """Restart the encoder and the decoder at segment frame ``next_frame``: what they heard was the background's
