@@ -45,8 +45,8 @@ The search is told a frame is background only when the audio ahead of it in its 
 its chunk (chunk attention), so the recognizer emits a word on frames before the word's own audio,
 most of all on the first frames of a VAD segment, whose pre-roll is the silence before the onset.
 Judged by its own audio, such a frame would make the sentence's first word a blank. Looking no further than the
-pre-roll's length keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint rule keeps the
-window alone: counting those frames as speech would shorten the pause it measures.
+pre-roll's length keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint
+rule keeps the window alone: counting those frames as speech would shorten the pause it measures.
 
 The background's floor (``EndpointConfig.floor_margin_db``): one speaker's sentences differ in
 level by 15 dB and more, and the speaker's level falls slowly (it must outlast the pauses, or the

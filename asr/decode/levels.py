@@ -113,7 +113,6 @@ def is_background_level(level_db: float, speaker_db: float | None, speaker_margi
     return level_db < floor_db + floor_margin_db
 
 
-
 def louder_talker_started(heard_db: list[float], floor_db: list[float], frames: int, speaker_db: float | None,
                           speaker_margin_db: float, floor_margin_db: float | None, min_before_frames: float) -> bool:
     """Whether the last ``frames`` of an utterance's frames (``heard_db``, the levels the search judged, and
@@ -137,6 +136,7 @@ def louder_talker_started(heard_db: list[float], floor_db: list[float], frames: 
         return False
     return all(is_background_level(h, loudest, speaker_margin_db, f, floor_margin_db, unknown_floor=True)
                for h, f in zip(heard_db[:before], floor_db[:before]))
+
 
 class SpeakerLevel:
     """The speaker's level in dB: the loudest frame the recognizer emitted on (a non-blank frame within the

@@ -128,8 +128,8 @@ def test_talk_the_recognizer_reads_no_word_in_leaves_when_the_speaker_starts(mod
     assert start == 28 and finals[0].span[0] == pytest.approx(28 * rec.frame_s)  # the chunk of frames 28-31
     want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
     assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
-    _, off, _, off_finals, off_seen = _first_final(model, tokenizer, levels, [(32, 58)],
-                                                   EndpointConfig(reset="both", absence_s=None, forget_background=False))
+    off_config = EndpointConfig(reset="both", absence_s=None, forget_background=False)
+    _, off, _, off_finals, off_seen = _first_final(model, tokenizer, levels, [(32, 58)], off_config)
     assert off.background_restarts == 0 and off_seen[0][0] == 0  # without it the encoder ran on from the talk
     assert [f.text for f in off_finals] == [f.text for f in finals]
 
