@@ -56,9 +56,10 @@ from asr.cli.gpu_steps import ROOT, Step, run_plan, run_step  # noqa: F401  (run
 
 PY = sys.executable
 # What this code imports that the device image (torch, torchaudio, lightning, sentencepiece, numpy,
-# scipy, matplotlib, rich, ...) lacks; --fetch-wheels takes the versions installed here.
+# scipy, matplotlib, rich, ...) lacks; --fetch-wheels takes the versions installed here. websockets: the server's
+# modules, which the training tests' collection imports.
 DEVICE_WHEELS = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "lhotse", "intervaltree", "cytoolz",
-                 "editdistance", "soundfile", "cffi", "pycparser")
+                 "editdistance", "soundfile", "cffi", "pycparser", "websockets")
 # The peers' wheels, not installed here: ESPnet without its dependency list, and the one its encoder imports.
 PEER_WHEELS = ("espnet<=202511", "typeguard>=4")
 WENET_MIRROR = Path("/work/.mirror/wenet-e2e+wenet/repo")

@@ -82,11 +82,16 @@ def card() -> str:
 
 
 def commit() -> str:
+    """HEAD's short hash, and whether the tree differs from it: a device's copy of a working tree can carry a
+    repository whose HEAD is older than the code it runs, so a bare hash there would name the wrong code."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head} (the tree differs from it)" if changed else head
 
 
 def report_head(command: str) -> list[str]:

@@ -121,3 +121,23 @@ def test_a_step_whose_input_is_missing_is_skipped_and_said_so(tmp_path):
     assert gpu_check.run_plan([needs], tmp_path, one_log=True) == []
     assert "### needs: skipped, data/not_here_at_all is not here" in (tmp_path / "report.md").read_text()
     assert not (tmp_path / "steps.log").exists()
+
+
+def test_the_reports_commit_says_when_the_tree_differs_from_head(tmp_path, monkeypatch):
+    from asr.cli import gpu_steps
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-q", "-m", "one")
+    monkeypatch.setattr(gpu_steps, "ROOT", tmp_path)
+    head = gpu_steps.commit()
+    assert len(head) >= 7 and " " not in head
+    (tmp_path / "code.py").write_text("x = 2\n")  # a copied tree newer than the repository it carries
+    assert gpu_steps.commit() == f"{head} (the tree differs from it)"
+    monkeypatch.setattr(gpu_steps, "ROOT", tmp_path / "absent")
+    assert gpu_steps.commit() == "unknown"
