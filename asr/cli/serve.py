@@ -47,7 +47,8 @@ Talk behind the speaker (a television, colleagues) keeps the VAD open. Audio --e
 dB under the speaker's level and near the background's floor is then the background: it ends an
 utterance like silence (--endpoint-absence of it ends a pause as the VAD would), its words are
 neither decoded nor kept (--endpoint-suppress-background; the search judges a frame by the audio up to
---endpoint-search-ahead after it too), and before the speaker's next word it leaves the encoder's caches
+--endpoint-search-ahead after it too, against the speaker's level over the same window:
+--endpoint-search-speaker), and before the speaker's next word it leaves the encoder's caches
 (--endpoint-forget-background).
 
 --backend onnx runs the encoder's whole chunks through a step written by
@@ -138,6 +139,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"the search judges a frame by the loudest audio up to this far ahead of it in its chunk "
                              f"too, so a word emitted before its audio is not blanked (default "
                              f"{endpoint.search_ahead_s:g}, a VAD pre-roll; a chunk's length or more: its whole rest)")
+    parser.add_argument("--endpoint-search-speaker", choices=("window", "frame"),
+                        default="window" if endpoint.search_speaker_window else "frame",
+                        help="the speaker's level the search weighs that heard audio against: the loudest audio "
+                             "around each frame the recognizer emitted on (window, the same measure as the heard "
+                             "level) or the emitted frame's own level (frame, as the endpoint rule does)")
     parser.add_argument("--endpoint-suppress-background", action=argparse.BooleanOptionalAction, default=None,
                         help=f"also read audio under the speaker's level and near the background's own floor as "
                              f"silence in the search, and drop from partials and finals a word far under the loudest "
@@ -218,7 +224,8 @@ def build_server(args: argparse.Namespace):
                                 forget_background=args.endpoint_forget_background,
                                 absence_s=args.endpoint_absence or None,
                                 speaker_window_s=args.endpoint_speaker_window,
-                                search_ahead_s=args.endpoint_search_ahead),
+                                search_ahead_s=args.endpoint_search_ahead,
+                                search_speaker_window=args.endpoint_search_speaker == "window"),
         vad=vad_from_args(args), chunk_encoder=chunk_encoder, fusion=fusion_from_args(args, tokenizer),
         features=FeatureConfig.from_dict(cfg.features), hotwords=read_hotwords(args.hotwords) if args.hotwords else (),
     )

@@ -48,6 +48,13 @@ Judged by its own audio, such a frame would make the sentence's first word a bla
 pre-roll's length keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint
 rule keeps the window alone: counting those frames as speech would shorten the pause it measures.
 
+The search weighs that heard level, a loudest over a window, against a speaker's level on the same terms
+(``search_speaker_window``): the loudest audio around each frame the recognizer emitted on, not the frame's own
+level. A CTC spike sits on one 40 ms frame of its word, often not the loudest, so against the frame's own level
+talk 15 dB under the speaker's vowels is heard only 12-14 dB under the speaker, and its words are emitted. The
+endpoint rule and the speaker's absence keep the frame's own level: a speaker's level taken from windows there
+ends sentences at their quiet words under steady noise.
+
 The background's floor (``EndpointConfig.floor_margin_db``): one speaker's sentences differ in
 level by 15 dB and more, and the speaker's level falls slowly (it must outlast the pauses, or the
 background's talk in them would set it), so a quieter sentence after a loud one lies under the
@@ -155,6 +162,9 @@ class EndpointConfig:
     # The search judges a frame by the loudest audio this far ahead of it in its chunk too (None: the chunk's
     # rest): as long as a VAD segment's pre-roll (0.3 s), so a word emitted on the pre-roll before its audio stays.
     search_ahead_s: float | None = 0.32
+    # The search judges against the speaker's level taken over the same window as the level it hears (the loudest
+    # audio around each emitted frame; off: each emitted frame's own level, as the endpoint rule does).
+    search_speaker_window: bool = True
     # A frame is background only when its audio is also within this many dB over the background's floor
     # (:class:`BackgroundFloor`; None: the speaker's level alone judges): a quieter sentence after a loud one
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
@@ -245,6 +255,9 @@ class EndpointDetector:
                         if config.speaker_margin_db is not None else None)  # lasts the stream, not an utterance
         self.floor = (BackgroundFloor(config.floor_rise_db_s, frame_s)
                       if self.speaker is not None and config.floor_margin_db is not None else None)  # so does this
+        # The speaker's level the search judges by: from the windows around emitted frames (None: ``speaker``'s).
+        self.search_speaker = (SpeakerLevel(config.speaker_margin_db, config.speaker_decay_db_s, frame_s)
+                               if self.speaker is not None and config.search_speaker_window else None)
         # Frames either side of a frame whose levels judge it (the levels a caller passes as ``earlier_db``).
         self.context_frames = int(config.speaker_window_s / (2 * frame_s) + 1e-9)
         self.absence_frames = int(config.absence_window_s / (2 * frame_s) + 1e-9)  # each side, for the absence rule
@@ -261,7 +274,7 @@ class EndpointDetector:
         self.speaker_heard = False  # a speech frame the speaker was not absent on (the absence rule needs one)
         self.absent: list[bool] = []  # per frame of the last advance: the speaker absent (under the absence window)
         self.background: list[bool] = []  # per frame of the last advance: under the speaker's level
-        self.search_background: list[bool] = []  # and so is the rest of its chunk: a certain blank for the search
+        self.search_background: list[bool] = []  # what the search heard is, by its speaker's level: a certain blank
         self.heard_db: list[float] = []  # per frame of the last advance: the level the search judged (NaN: unknown)
         self.floor_db: list[float] = []  # and the background's floor then (NaN: none)
 
@@ -334,17 +347,20 @@ class EndpointDetector:
             if absence:
                 self.absent[k] = self._is_background(nearby[k])
             self.background.append(self._is_background(level_around))
-            self.search_background.append(self._is_background(level_heard))  # implies background
+            self.search_background.append(self._is_background(level_heard, self.search_speaker))
             silent.append(is_blank or self.background[-1])
             self.speaker.update(level, emitted=not is_blank)  # the speaker's level: the frame's own
+            if self.search_speaker is not None:
+                self.search_speaker.update(level_around, emitted=not is_blank)
             if self.floor is not None:
                 self.floor.update(level_around)
         return silent
 
-    def _is_background(self, level_db: float) -> bool:
-        """Audio this loud is far under the speaker and, with a floor, near the background's floor."""
-        floor = self.floor
-        return is_background_level(level_db, self.speaker.level_db, self.speaker.margin_db,
+    def _is_background(self, level_db: float, speaker: SpeakerLevel | None = None) -> bool:
+        """Audio this loud is far under the speaker (``speaker``, else the frames' own) and, with a floor, near the
+        background's floor."""
+        floor, speaker = self.floor, speaker or self.speaker
+        return is_background_level(level_db, speaker.level_db, speaker.margin_db,
                                    None if floor is None else floor.level_db,
                                    None if floor is None else self.config.floor_margin_db)
 

@@ -112,6 +112,8 @@ def test_the_server_options_and_their_checks(capsys):
     assert args.endpoint_speaker_window == default.speaker_window_s
     assert args.endpoint_search_ahead == default.search_ahead_s
     assert parse_args(base + ["--endpoint-search-ahead", "0.64"]).endpoint_search_ahead == 0.64
+    assert (args.endpoint_search_speaker == "window") is default.search_speaker_window is True
+    assert parse_args(base + ["--endpoint-search-speaker", "frame"]).endpoint_search_speaker == "frame"
     assert args.endpoint_suppress_background is default.suppress_background
     assert parse_args(base + ["--endpoint-suppress-background"]).endpoint_suppress_background is True
     assert parse_args(base + ["--no-endpoint-suppress-background"]).endpoint_suppress_background is False
@@ -123,6 +125,7 @@ def test_the_server_options_and_their_checks(capsys):
                       (["--endpoint-speaker-margin", "-3"], "--endpoint-speaker-margin"),
                       (["--endpoint-absence", "-1"], "--endpoint-absence"),
                       (["--endpoint-search-ahead", "-0.1"], "--endpoint-search-ahead"),
+                      (["--endpoint-search-speaker", "loud"], "--endpoint-search-speaker"),
                       (["--endpoint-speaker-margin", "0", "--endpoint-suppress-background"], "needs")):
         with pytest.raises(SystemExit):
             parse_args(base + bad)
@@ -180,7 +183,7 @@ def test_the_search_looks_no_further_ahead_than_search_ahead_s():
     frame_s = 0.04
     for ahead_s, judged in ((0.32, [True] * 6 + [False] * 10), (None, [False] * 16)):
         detector = EndpointDetector(EndpointConfig(search_ahead_s=ahead_s, floor_margin_db=None), 0, frame_s)
-        detector.speaker.level_db = -10.0
+        detector.speaker.level_db = detector.search_speaker.level_db = -10.0
         quiet = torch.full((16,), -45.0, dtype=torch.float64)
         quiet[14:] = -20.0  # 10 dB under the speaker: not background by itself
         blank = torch.full((16, 3), -10.0)
@@ -207,3 +210,24 @@ def test_a_first_word_emitted_on_the_silence_before_its_audio_is_kept():
     assert d.background[:4] == [True] * 4 and not any(d.search_background)  # the rule: silence; the search: kept
     # A chunk of silence alone (no speaker ahead in it) is still background for the search.
     assert _judged(levels, tokens, chunk=39)[32:34] == [True, True]
+
+
+def test_the_search_weighs_heard_talk_against_the_speakers_level_over_the_same_window():
+    """The speaker at -14 dBFS whose words the recognizer emits on quieter frames (-22), then talk 19 dB under the
+    speaker's vowels that the recognizer reads as words. Heard over a window, the talk is background against the
+    speaker's level over a window (-14) and made a blank; against the emitted frames' own level (-22) it is not.
+    The endpoint rule judges by the frames' own level either way."""
+    speaker = [-14.0] * 16
+    speaker[3] = speaker[9] = -22.0
+    levels = torch.tensor(speaker + [-33.0] * 16, dtype=torch.float64)
+    tokens = "___1_____1______" + "2" * 16
+    judged, ends = {}, {}
+    for window in (True, False):
+        d = EndpointDetector(EndpointConfig(search_speaker_window=window), BLANK, frame_s=0.04)
+        d.advance(frames(tokens[:16]), levels[:16])
+        d.advance(frames(tokens[16:]), levels[16:], earlier_db=levels[16 - d.context_frames : 16])
+        judged[window], ends[window] = d.search_background, d.background
+        assert d.speaker.level_db == pytest.approx(-22.0 - 22 * 0.5 * 0.04)  # the emitted frames' own level
+    assert judged[True] == [False] * d.context_frames + [True] * (16 - d.context_frames)
+    assert not any(judged[False])
+    assert ends[True] == ends[False] and not any(ends[False])
