@@ -85,6 +85,7 @@ class AsrDataModule(L.LightningDataModule):
         lead_in_prob: float = 0.0,
         lead_in_max_s: float = 0.0,
         lead_in_from_epoch: int = 0,
+        spec_augment_from_epoch: int = 0,
         background: Mapping[str, Any] | BackgroundMix | None = None,
         seed: int = 0,
         min_duration: float = 0.3,
@@ -114,6 +115,8 @@ class AsrDataModule(L.LightningDataModule):
             raise ValueError(f"need 0 <= min_duration ({min_duration}) < max_duration_per_utt "
                              f"({max_duration_per_utt})")
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)  # here, before a run starts
+        if spec_augment_from_epoch < 0:
+            raise ValueError(f"spec_augment_from_epoch ({spec_augment_from_epoch}) must be >= 0")
         if bucket_buffer_size < 1:
             raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
         if feature_store and shar_dir:
@@ -139,6 +142,7 @@ class AsrDataModule(L.LightningDataModule):
         self.speed_perturb, self.spec_augment, self.noise_cuts = speed_perturb, spec_augment, noise_cuts
         self.lead_in_prob, self.lead_in_max_s = lead_in_prob, lead_in_max_s
         self.lead_in_from_epoch = lead_in_from_epoch
+        self.spec_augment_from_epoch = spec_augment_from_epoch
         self.seed = seed
         self.min_duration, self.max_duration_per_utt = min_duration, max_duration_per_utt
         self.lazy, self.bucket_buffer_size = lazy, bucket_buffer_size
@@ -314,6 +318,7 @@ class AsrDataModule(L.LightningDataModule):
             lead_in_prob=self.lead_in_prob, lead_in_max_s=self.lead_in_max_s,
             lead_in_from_epoch=self.lead_in_from_epoch, background=self.background,
             background_noise_cuts=background_noise, seed=self.seed,
+            spec_augment_from_epoch=self.spec_augment_from_epoch,
         )
         # the sampler's own copy of the dataset's draws, moved to each epoch as it starts
         lengths = DrawnLengths(dataset.planner) if self.batch_by_drawn_length else None

@@ -231,3 +231,27 @@ def test_bucket_padded_training_batches_keep_every_frame(tiny_corpus, spm_dir):
         assert torch.equal(p.feats[:, :frames], b.feats) and torch.all(p.feats[:, frames:] == 0)
         assert torch.equal(p.tokens[:, :tokens], b.tokens) and torch.all(p.tokens[:, tokens:] == -1)
         assert torch.equal(p.feat_lens, b.feat_lens) and torch.equal(p.token_lens, b.token_lens)
+
+
+def test_spec_augment_starts_at_its_epoch_and_leaves_the_other_draws(tiny_corpus, spm_dir):
+    """spec_augment_from_epoch=1: the first epoch's batches equal those read without SpecAugment (the masks are
+    each row's last draws, so skipping them moves nothing else); the second epoch's are masked copies of the
+    unmasked second epoch (same keys and lengths, some frames changed)."""
+    def epochs(**kw):
+        loader = _dm(tiny_corpus, spm_dir, seed=3, **kw).train_dataloader()
+        out = []
+        for epoch in (0, 1):
+            loader.sampler.set_epoch(epoch)
+            out.append(list(loader))
+        return out
+
+    plain, late = epochs(spec_augment=False), epochs(spec_augment=True, spec_augment_from_epoch=1)
+    for a, b in zip(plain[0], late[0]):
+        assert a.keys == b.keys and torch.equal(a.feats, b.feats)
+    changed = 0
+    for a, b in zip(plain[1], late[1]):
+        assert a.keys == b.keys and torch.equal(a.feat_lens, b.feat_lens)
+        changed += int(not torch.equal(a.feats, b.feats))
+    assert changed and len(plain[1]) == len(late[1])
+    with pytest.raises(ValueError, match="spec_augment_from_epoch"):
+        _dm(tiny_corpus, spm_dir, spec_augment_from_epoch=-1)
