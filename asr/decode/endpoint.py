@@ -74,7 +74,10 @@ also restarts the stream's encoder and decoder (``EndpointConfig.forget_backgrou
 seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
 just before them, as a sentence alone does. A stream that starts on talk takes it for the speaker until someone
 louder by the speaker's margin is heard; when every frame of the utterance before that chunk is background by the
-louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. A stream
+louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. There the
+talk may lie up to ``louder_talker_floor_margin_db`` over the floor, more than the frame rules allow: babble's
+syllables stand 11-13 dB over its own troughs, and this test, which acts once and only under a talker the speaker's
+margin louder than all before, costs no quieter sentence of a quiet room (those lie 30 dB and more over its floor). A stream
 whose talk the recognizer reads no word in has no speaker's level yet; there the test is the frames before the
 chunk alone (at least ``FORGET_AFTER_S`` of them, more than a VAD segment's pad): each the margin under the chunk.
 
@@ -170,6 +173,9 @@ class EndpointConfig:
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
     floor_margin_db: float | None = 10.0
     floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
+    # The louder talker's test (``forget_background``) takes the talk before as background up to this many dB over the
+    # floor (with a floor margin; else by the speaker's level alone): the frame rules' 10 dB leave babble's syllables out
+    louder_talker_floor_margin_db: float = 15.0
     # With suppression and a floor, a word far under the loudest word of its utterance and near the floor is
     # dropped from the stream's partial and final results (asr.decode.background_words): the frame rule keeps
     # the background's words where the stream's speaker level is not set yet or a word's frames pass the margin.
@@ -203,6 +209,9 @@ class EndpointConfig:
         if (self.floor_margin_db is not None and self.floor_margin_db < 0) or not 0 < self.floor_rise_db_s < math.inf:
             raise ValueError(f"floor_margin_db ({self.floor_margin_db}) must be >= 0 or None and floor_rise_db_s "
                              f"({self.floor_rise_db_s}) a finite number > 0.")
+        if not 0 <= self.louder_talker_floor_margin_db < math.inf:
+            raise ValueError(f"louder_talker_floor_margin_db ({self.louder_talker_floor_margin_db}) must be a finite "
+                             f"number >= 0.")
         if (self.absence_s is not None and not 0 < self.absence_s < math.inf) or not 0 <= self.absence_window_s < math.inf:
             raise ValueError(f"absence_s ({self.absence_s}) must be a finite number of seconds > 0 or None and "
                              f"absence_window_s ({self.absence_window_s}) one >= 0.")
@@ -220,6 +229,11 @@ class EndpointConfig:
         """Background-only chunks before an utterance's first word restart the encoder: the switch, with suppression
         and a speaker's level to judge by."""
         return self.forget_background and self.suppress_background and self.speaker_margin_db is not None
+
+    @property
+    def louder_talker_floor_margin(self) -> float | None:
+        """The floor margin the louder talker's test judges the talk before by (None: the speaker's level alone)."""
+        return None if self.floor_margin_db is None else self.louder_talker_floor_margin_db
 
     @property
     def ends_at_absence(self) -> bool:

@@ -401,7 +401,7 @@ class Stream:
 
         def started(level_db: float | None, last: int) -> bool:
             return louder_talker_started(utt.heard_db, utt.floor_db, last, level_db, policy.speaker_margin_db,
-                                         policy.floor_margin_db, FORGET_AFTER_S / self._rec.frame_s)
+                                         policy.louder_talker_floor_margin, FORGET_AFTER_S / self._rec.frame_s)
 
         if started(speaker_db, frames):
             return 1

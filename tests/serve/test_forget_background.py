@@ -168,3 +168,23 @@ def test_a_speaker_whose_quiet_onset_ends_the_chunk_before_restarts_at_that_chun
     assert start == 28 and finals[0].span[0] == pytest.approx(28 * rec.frame_s)
     want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
     assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
+
+
+def test_talk_standing_over_its_floor_as_babble_does_leaves_when_a_louder_talker_starts(model, tokenizer):
+    """The stream starts on a talker's word 12 dB over the room's floor (babble's syllables stand that far over its
+    troughs; the frame rules' floor margin is 10), then the speaker 28 dB over the word. The louder talker's test takes
+    the word as background up to ``louder_talker_floor_margin_db`` (15) over the floor: the speaker's chunk is encoded
+    again from a fresh state; held to the frame rules' 10 dB, the stream keeps the word and its encoder."""
+    room = -56.0
+    levels = [room] * 12 + [room + 12.0] * 6 + [room] * 12 + [-16.0] * 30 + [room] * 30
+    for margin, restarts in ((15.0, 1), (10.0, 0)):
+        config = EndpointConfig(reset="both", absence_s=None, drop_background_words=False,
+                                louder_talker_floor_margin_db=margin)
+        _, stream, _, finals, seen = _first_final(model, tokenizer, levels, [(12, 18), (32, 58)], config)
+        assert stream.background_restarts == restarts, margin
+        words = [w.word for w in finals[0].words]
+        assert words == ([_word(32, 58)] if restarts else [_word(12, 18), _word(32, 58)])
+        assert seen[0][0] == (28 if restarts else 0)
+    with pytest.raises(ValueError, match="louder_talker_floor_margin_db"):
+        EndpointConfig(louder_talker_floor_margin_db=-1.0)
+    assert EndpointConfig(floor_margin_db=None).louder_talker_floor_margin is None
