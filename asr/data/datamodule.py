@@ -48,7 +48,7 @@ from asr.data.buckets import BucketPadded, check_buckets
 from asr.data.curriculum import CurriculumSampler, EpochShare, check_curriculum, mixed_cuts
 from asr.data.cut_filter import CutFilter, has_content
 from asr.data.cut_plan import DrawnLengthConstraint, DrawnLengths
-from asr.data.dataset import AsrDataset, check_lead_in, new_skip_registry
+from asr.data.dataset import AsrDataset, check_lead_in, check_spec_augment_from_epoch, new_skip_registry
 from asr.data.feature_store import ensure_store, read_store, store_is_current, store_key
 from asr.data.features import FbankExtractor, FeatureConfig, training_backend
 from asr.data.loader import ResumableSampler, SkipCountingLoader, TrainPosition
@@ -115,8 +115,7 @@ class AsrDataModule(L.LightningDataModule):
             raise ValueError(f"need 0 <= min_duration ({min_duration}) < max_duration_per_utt "
                              f"({max_duration_per_utt})")
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)  # here, before a run starts
-        if spec_augment_from_epoch < 0:
-            raise ValueError(f"spec_augment_from_epoch ({spec_augment_from_epoch}) must be >= 0")
+        check_spec_augment_from_epoch(spec_augment_from_epoch)
         if bucket_buffer_size < 1:
             raise ValueError(f"bucket_buffer_size ({bucket_buffer_size}) must be >= 1")
         if feature_store and shar_dir:

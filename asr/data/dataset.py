@@ -36,6 +36,12 @@ def check_lead_in(prob: float, max_s: float, from_epoch: int) -> None:
                          f"lead_in_from_epoch ({from_epoch}) >= 0")
 
 
+def check_spec_augment_from_epoch(from_epoch: int) -> None:
+    """The epoch SpecAugment's masks start at, or a ValueError naming it."""
+    if from_epoch < 0:
+        raise ValueError(f"spec_augment_from_epoch ({from_epoch}) must be >= 0.")
+
+
 class AsrDataset(torch.utils.data.Dataset):
     """CutSet -> (Batch, skipped, seconds read). Token ids come from `tokenizer.encode` of
     the cut's text (the data module has already dropped cuts whose text has no content).
@@ -63,8 +69,7 @@ class AsrDataset(torch.utils.data.Dataset):
         spec_augment_from_epoch: int = 0,
     ) -> None:
         check_lead_in(lead_in_prob, lead_in_max_s, lead_in_from_epoch)
-        if spec_augment_from_epoch < 0:
-            raise ValueError(f"spec_augment_from_epoch ({spec_augment_from_epoch}) must be >= 0.")
+        check_spec_augment_from_epoch(spec_augment_from_epoch)
         self.tokenizer = tokenizer
         self.extractor = extractor
         self.spec_augment = spec_augment

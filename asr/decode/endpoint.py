@@ -77,9 +77,10 @@ louder by the speaker's margin is heard; when every frame of the utterance befor
 louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. There the
 talk may lie up to ``louder_talker_floor_margin_db`` over the floor, more than the frame rules allow: babble's
 syllables stand 11-13 dB over its own troughs, and this test, which acts once and only under a talker the speaker's
-margin louder than all before, costs no quieter sentence of a quiet room (those lie 30 dB and more over its floor). A stream
-whose talk the recognizer reads no word in has no speaker's level yet; there the test is the frames before the
-chunk alone (at least ``FORGET_AFTER_S`` of them, more than a VAD segment's pad): each the margin under the chunk.
+margin louder than all before, costs no quieter sentence of a quiet room (those lie 30 dB and more over its
+floor). A stream whose talk the recognizer reads no word in has no speaker's level yet; there the test is the frames
+before the chunk alone (at least ``FORGET_AFTER_S`` of them, more than a VAD segment's pad): each the margin under
+the chunk.
 
 Beside these frame-level decisions, a stream drops whole words of the background from its results
 (``EndpointConfig.drop_background_words``, :mod:`asr.decode.background_words`): a word far under the
@@ -173,8 +174,9 @@ class EndpointConfig:
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
     floor_margin_db: float | None = 10.0
     floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
-    # The louder talker's test (``forget_background``) takes the talk before as background up to this many dB over the
-    # floor (with a floor margin; else by the speaker's level alone): the frame rules' 10 dB leave babble's syllables out
+    # The louder talker's test (``forget_background``) takes the talk before as background up to this many dB over
+    # the floor (with a floor margin; else by the speaker's level alone): the frame rules' 10 dB leave babble's
+    # syllables out.
     louder_talker_floor_margin_db: float = 15.0
     # With suppression and a floor, a word far under the loudest word of its utterance and near the floor is
     # dropped from the stream's partial and final results (asr.decode.background_words): the frame rule keeps
