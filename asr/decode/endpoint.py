@@ -62,7 +62,8 @@ margin. A frame is therefore background only when its audio is also near the bac
 level (:class:`~asr.decode.levels.BackgroundFloor`: the quietest surrounding level heard, rising
 slowly; it lasts the stream): talk behind the speaker sets that floor itself and lies on it, a
 quieter sentence in a quiet room lies far over it. Both decisions, the endpoint rule's and the
-search's, take the floor.
+search's, take the floor. The talk's own pauses do not lower it: a dip far under the floor counts
+once it lasted ``floor_hold_s``, longer than the breath in which a few voices fall silent together.
 
 The speaker's absence (``EndpointConfig.absence_s``): with talk behind the speaker the VAD hears speech all the
 time, so only the 1 s rule could end an utterance, and a pause shorter than that fuses two sentences. A run of
@@ -174,6 +175,9 @@ class EndpointConfig:
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
     floor_margin_db: float | None = 10.0
     floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
+    # The floor falls only to a level that lasted this long: talk behind the speaker pauses for breaths, and its next
+    # words must still lie near the floor it set.
+    floor_hold_s: float = 0.5
     # The louder talker's test (``forget_background``) takes the talk before as background up to this many dB over
     # the floor (with a floor margin; else by the speaker's level alone): the frame rules' 10 dB leave babble's
     # syllables out.
@@ -211,6 +215,8 @@ class EndpointConfig:
         if (self.floor_margin_db is not None and self.floor_margin_db < 0) or not 0 < self.floor_rise_db_s < math.inf:
             raise ValueError(f"floor_margin_db ({self.floor_margin_db}) must be >= 0 or None and floor_rise_db_s "
                              f"({self.floor_rise_db_s}) a finite number > 0.")
+        if not 0 <= self.floor_hold_s < math.inf:
+            raise ValueError(f"floor_hold_s ({self.floor_hold_s}) must be a finite number of seconds >= 0.")
         if not 0 <= self.louder_talker_floor_margin_db < math.inf:
             raise ValueError(f"louder_talker_floor_margin_db ({self.louder_talker_floor_margin_db}) must be a finite "
                              f"number >= 0.")
@@ -269,7 +275,7 @@ class EndpointDetector:
         self._log_threshold = math.log(config.blank_threshold)
         self.speaker = (SpeakerLevel(config.speaker_margin_db, config.speaker_decay_db_s, frame_s)
                         if config.speaker_margin_db is not None else None)  # lasts the stream, not an utterance
-        self.floor = (BackgroundFloor(config.floor_rise_db_s, frame_s)
+        self.floor = (BackgroundFloor(config.floor_rise_db_s, frame_s, config.floor_hold_s)
                       if self.speaker is not None and config.floor_margin_db is not None else None)  # so does this
         # The speaker's level the search judges by: from the windows around emitted frames (None: ``speaker``'s).
         self.search_speaker = (SpeakerLevel(config.speaker_margin_db, config.speaker_decay_db_s, frame_s)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 import torch
@@ -161,18 +162,27 @@ class SpeakerLevel:
 
 class BackgroundFloor:
     """The background's level in dB: the quietest audio heard (each frame's surrounding level), rising by
-    ``rise_db_s`` a second while all is louder; None until the first known level. Digital silence counts as
+    ``rise_db_s`` a second while all is louder; None until the first known level. A dip more than ``DEEP_DIP_DB``
+    under the floor lowers it only once it lasted ``hold_s`` (to the loudest of that stretch): talk behind a speaker
+    pauses, three voices fall silent together for a breath, and a floor that fell to that breath would put their
+    next words 40 dB over it, where a quieter sentence of a quiet room lies. Digital silence counts as
     ``QUIETEST_DB``, so a floor that started on it can rise to a background that starts later."""
 
     QUIETEST_DB = -100.0
+    DEEP_DIP_DB = 10.0  # the frame rules' floor margin: a shallower dip moves no judgement by much
 
-    def __init__(self, rise_db_s: float, frame_s: float) -> None:
+    def __init__(self, rise_db_s: float, frame_s: float, hold_s: float = 0.0) -> None:
         self._rise = rise_db_s * frame_s  # dB a frame
+        self._recent: deque[float] = deque(maxlen=max(1, round(hold_s / frame_s)))  # the last hold_s of levels
         self.level_db: float | None = None
 
     def update(self, level_db: float) -> None:
-        """One frame's surrounding level: the floor rises by a frame's rise, and falls to a quieter level."""
+        """One frame's surrounding level: the floor rises by a frame's rise, and falls to a quieter level (a deep
+        dip: to the loudest of the last ``hold_s``)."""
         if math.isnan(level_db):
             return
         level_db = max(level_db, self.QUIETEST_DB)
+        self._recent.append(level_db)
+        if self.level_db is not None and level_db < self.level_db - self.DEEP_DIP_DB:
+            level_db = max(self._recent)
         self.level_db = level_db if self.level_db is None else min(self.level_db + self._rise, level_db)

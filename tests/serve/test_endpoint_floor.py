@@ -102,9 +102,43 @@ def test_the_floor_falls_at_once_and_rises_slowly():
     assert floor.level_db == BackgroundFloor.QUIETEST_DB
 
 
+def test_a_deep_dip_lowers_the_floor_only_once_it_lasts():
+    """Talk at -38 to -32 dBFS whose voices fall silent together for 0.32 s: the floor stays the talk's; a silence of
+    0.6 s (longer than ``hold_s``) lowers it to the silence; a dip of 4 dB lowers it at once."""
+    rng = np.random.default_rng(3)
+    for hold_s, kept in ((0.5, True), (0.0, False)):
+        floor = BackgroundFloor(rise_db_s=1.0, frame_s=0.04, hold_s=hold_s)
+        for level in (-32.0 - rng.uniform(0.0, 6.0, 50)).tolist() + [-90.0] * 8:
+            floor.update(level)
+        assert (floor.level_db >= -38.0 - 1e-9) == kept, hold_s
+    for _ in range(7):  # the silence goes on: 15 frames, 0.6 s, in all
+        floor.update(-90.0)
+    assert floor.level_db == -90.0
+    floor = BackgroundFloor(rise_db_s=1.0, frame_s=0.04, hold_s=0.5)
+    floor.update(-38.0)
+    floor.update(-42.0)
+    assert floor.level_db == -42.0
+
+
+def test_talk_after_a_breath_of_silence_stays_on_its_floor():
+    """Babble 20-26 dB under the speaker in the pause between two sentences falls silent for 0.32 s (digital
+    silence, as three voices pausing together read on a clean recording): the talk after it is still background for
+    the search and the endpoint rule; with a floor that falls to the breath at once, it stands 50 dB over the floor
+    and its words would be the speaker's."""
+    rng = np.random.default_rng(4)
+    babble = lambda n: (-28.0 - rng.uniform(0.0, 6.0, n)).tolist()  # noqa: E731 - the speaker peaks at -8 dBFS
+    levels = babble(40) + _sentence(-8.0, 50, rng) + babble(30) + [-90.0] * 8 + babble(40) + _sentence(-8.0, 36, rng)
+    tokens = "1" * len(levels)
+    after = range(40 + 50 + 30 + 8 + 4, 40 + 50 + 30 + 8 + 40 - 16)  # past the window; before the next sentence's chunk
+    for hold_s, kept in ((0.5, True), (0.0, False)):
+        background, search, _ = _judge(levels, tokens, floor_hold_s=hold_s)
+        assert all(search[k] for k in after) == kept and all(background[k] for k in after) == kept, hold_s
+
+
 def test_the_floor_options_are_checked():
     assert EndpointConfig().floor_margin_db is not None
-    for bad in ({"floor_margin_db": -1.0}, {"floor_rise_db_s": 0.0}, {"floor_rise_db_s": math.inf}):
+    for bad in ({"floor_margin_db": -1.0}, {"floor_rise_db_s": 0.0}, {"floor_rise_db_s": math.inf},
+                {"floor_hold_s": -0.1}, {"floor_hold_s": math.inf}):
         with pytest.raises(ValueError, match="floor"):
             EndpointConfig(**bad)
     assert EndpointDetector(EndpointConfig(speaker_margin_db=None), BLANK, frame_s=0.04).floor is None
