@@ -75,7 +75,9 @@ also restarts the stream's encoder and decoder (``EndpointConfig.forget_backgrou
 seconds of other people's talk in its left context reads the speaker's first words worse than one that starts
 just before them, as a sentence alone does. A stream that starts on talk takes it for the speaker until someone
 louder by the speaker's margin is heard; when every frame of the utterance before that chunk is background by the
-louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. There the
+louder level, the chunk is encoded again from a fresh state and the talk before it leaves the utterance. So is the
+chunk in which the speaker returns at their own level after at least ``FORGET_AFTER_S`` of such talk: a later
+utterance that starts on talk whose words the recognizer reads is never background alone. There the
 talk may lie up to ``louder_talker_floor_margin_db`` over the floor, more than the frame rules allow: babble's
 syllables stand 11-13 dB over its own troughs, and this test, which acts once and only under a talker the speaker's
 margin louder than all before, costs no quieter sentence of a quiet room (those lie 30 dB and more over its

@@ -122,19 +122,23 @@ def louder_talker_started(heard_db: list[float], floor_db: list[float], frames: 
     that louder level (a frame before the floor is known by its level alone). The talk the stream started on was
     not the speaker.
 
+    The speaker returning is such a talker too: heard at the speaker's level (not the margin under it) after at
+    least ``min_before_frames`` (more than a VAD segment's own pad) of frames the margin under it. After a sentence
+    the stream's next utterance may start on talk behind the speaker, and the recognizer reads words in it before
+    the speaker's next sentence.
+
     Before the recognizer has emitted anything there is no speaker's level (None): a stream that starts on talk
     the recognizer reads no word in has only that talk in the attention's reach when the speaker starts. Then at
-    least ``min_before_frames`` earlier frames (more than a VAD segment's own pad), each the margin under the last
-    ones, are the test alone."""
+    least ``min_before_frames`` earlier frames, each the margin under the last ones, are the test alone."""
     loudest = max((h for h in heard_db[-frames:] if not math.isnan(h)), default=None)
     before = len(heard_db) - frames
     if loudest is None or before <= 0:
         return False
-    if speaker_db is None:
-        if before < min_before_frames - 1e-9:
+    louder = speaker_db is not None and loudest >= speaker_db + speaker_margin_db
+    if not louder:
+        returning = speaker_db is None or loudest >= speaker_db - speaker_margin_db
+        if not returning or before < min_before_frames - 1e-9:
             return False
-    elif loudest < speaker_db + speaker_margin_db:
-        return False
     return all(is_background_level(h, loudest, speaker_margin_db, f, floor_margin_db, unknown_floor=True)
                for h, f in zip(heard_db[:before], floor_db[:before]))
 

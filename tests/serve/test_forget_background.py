@@ -188,3 +188,37 @@ def test_talk_standing_over_its_floor_as_babble_does_leaves_when_a_louder_talker
     with pytest.raises(ValueError, match="louder_talker_floor_margin_db"):
         EndpointConfig(louder_talker_floor_margin_db=-1.0)
     assert EndpointConfig(floor_margin_db=None).louder_talker_floor_margin is None
+
+
+def test_the_speaker_returning_after_talk_the_recognizer_read_restarts_the_encoder_at_their_chunk(model, tokenizer):
+    """After the speaker's first sentence the next utterance starts on talk whose word (frames 64-70, 12 dB over the
+    room's floor: babble's syllables) the search hears and the recognizer reads, so no chunk of it is background
+    alone. The speaker returns at their own level at frame 90: every frame of the utterance before that chunk lies the
+    margin under it and within the louder talker's margin of the floor, so the chunk is encoded again from a fresh
+    state and the talk's word leaves the speaker's sentence; without forgetting, the word and the encoder stay."""
+    room = -56.0
+    levels = [-16.0] * 30 + [room] * 34 + [room + 12.0] * 6 + [room] * 20 + [-16.0] * 30 + [room] * 30
+    speech = [(2, 28), (64, 70), (92, 118)]
+    for forget in (True, False):
+        config = EndpointConfig(reset="both", absence_s=None, drop_background_words=False, forget_background=forget)
+        rec, stream, wave, finals, seen = _first_final(model, tokenizer, levels, speech, config)
+        start, frames = next(x for x in seen if x[0] > 30)
+        words = [w.word for w in finals[1].words]
+        if not forget:
+            assert words == [_word(64, 70), _word(92, 118)] and stream.background_restarts == 0 and start < 64
+            continue
+        assert words == [_word(92, 118)] and stream.background_restarts == 1
+        assert start == 88 and finals[1].span[0] == pytest.approx(88 * rec.frame_s)  # the chunk of frames 88-91
+        want = encoded(rec.model, FbankExtractor()(wave)[start * 4 :])
+        assert torch.allclose(frames, want[: frames.size(0)], atol=1e-4)
+
+
+def test_a_quieter_talker_after_the_speakers_sentence_does_not_restart_the_encoder(model, tokenizer):
+    """The same talk in a quieter room, then a talker 20 dB under the speaker, the margin over the talk (under the
+    speaker's margin, so not the speaker returning): the utterance keeps the talk's word and its encoder."""
+    room = -70.0
+    levels = [-16.0] * 30 + [room] * 34 + [room + 12.0] * 6 + [room] * 20 + [-36.0] * 30 + [room] * 30
+    config = EndpointConfig(reset="both", absence_s=None, drop_background_words=False, suppress_background=True)
+    _, stream, _, finals, _ = _first_final(model, tokenizer, levels, [(2, 28), (64, 70), (92, 118)], config)
+    assert stream.background_restarts == 0
+    assert _word(64, 70) in [w.word for f in finals for w in f.words]
