@@ -19,6 +19,10 @@ Usage (from the repository root):
 
 --plot draws WER against SNR per background (scripts/plot_robust.py draws several reports side by side).
 
+Choosing a server option or a recipe by it: choose on dev sentences (--cuts data/synth/cuts_dev.jsonl.gz) with a
+few --seed values, then read the choice once on test sentences with other seeds; a rule tuned on the sessions it
+is read on reads better there than anywhere else (data/results/robust.md, Step 16).
+
 --sessions 0 measures sentences alone only (minutes); sessions go through a child server on
 127.0.0.1 (unpaced by default: WER and endpoints are decided on stream time), bounded by
 --concurrency and --max-seconds.
