@@ -177,8 +177,8 @@ class EndpointConfig:
     # lies far over a quiet room's floor, talk behind the speaker lies on the floor it sets itself.
     floor_margin_db: float | None = 10.0
     floor_rise_db_s: float = 1.0  # how fast the floor follows a background that grows louder
-    # The floor falls only to a level that lasted this long: talk behind the speaker pauses for breaths, and its next
-    # words must still lie near the floor it set.
+    # A dip far under the floor (BackgroundFloor.DEEP_DIP_DB) lowers it only once it lasted this long: talk behind the
+    # speaker pauses for breaths, and its next words must still lie near the floor it set.
     floor_hold_s: float = 0.5
     # The louder talker's test (``forget_background``) takes the talk before as background up to this many dB over
     # the floor (with a floor margin; else by the speaker's level alone): the frame rules' 10 dB leave babble's

@@ -218,7 +218,7 @@ def test_a_quieter_talker_after_the_speakers_sentence_does_not_restart_the_encod
     speaker's margin, so not the speaker returning): the utterance keeps the talk's word and its encoder."""
     room = -70.0
     levels = [-16.0] * 30 + [room] * 34 + [room + 12.0] * 6 + [room] * 20 + [-36.0] * 30 + [room] * 30
-    config = EndpointConfig(reset="both", absence_s=None, drop_background_words=False, suppress_background=True)
+    config = EndpointConfig(reset="both", absence_s=None, drop_background_words=False)
     _, stream, _, finals, _ = _first_final(model, tokenizer, levels, [(2, 28), (64, 70), (92, 118)], config)
     assert stream.background_restarts == 0
     assert _word(64, 70) in [w.word for f in finals for w in f.words]
