@@ -34,6 +34,7 @@ from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, Stre
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
+from asr.train.precision import measure_recipe_step, resolve_precision
 from asr.train.resume import (AtomicCheckpointIO, ResumePoint, keep_logged_rows, newest_resumable,
                               remove_interrupted_writes, set_aside, training_state_problem)
 from asr.train.schedule import check_schedule
@@ -241,7 +242,8 @@ def format_summary(summary: dict) -> str:
         f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
         *([f"schedule        : fitted to the time cap, {fitted['steps']} of {fitted['planned_steps']} planned steps"]
           if (fitted := summary.get("fitted_to_time_cap")) else []),
-        f"time            : {summary['seconds']:.1f} s",
+        f"time            : {summary['seconds']:.1f} s"
+        + (f" at {precision}" if (precision := summary.get("precision")) else ""),
         f"non-finite skips: {summary['nonfinite_skips']}",
         *([f"compiled graphs : {graphs['count']} (the last at step {graphs['last_at_step']})"]
           if (graphs := summary.get("compiled_graphs")) else []),
@@ -273,6 +275,12 @@ def train(cfg: DictConfig) -> dict:
     trainer_cfg = cfg.trainer.copy()
     if (fitted := fit_validation_to_steps(trainer_cfg)) is not None:
         print(fitted)
+    precision = resolve_precision(trainer_cfg.get("precision", "32-true"), {
+        key: trainer_cfg.get(key) for key in ("accelerator", "devices", "num_nodes")}, out_dir,
+        lambda device: measure_recipe_step(cfg, features.num_mel_bins, device))
+    trainer_cfg.precision = precision.precision
+    if precision.fp32_ms is not None:
+        print(precision.line())
     trainer: pl.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False,
                                       plugins=[AtomicCheckpointIO()])
     # The Trainer knows this process's rank already (DDP children are started with
@@ -303,6 +311,7 @@ def train(cfg: DictConfig) -> dict:
         # the cosine moved to end within the cap (asr.train.time_fit): {"planned_steps", "steps"}, or None
         "fitted_to_time_cap": fitted,
         "epochs": int(trainer.current_epoch),
+        "precision": precision.precision,
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),
         "compiled_graphs": {"count": module.compiled_graphs, "last_at_step": module.last_compile_step}
