@@ -7,6 +7,7 @@ Usage (from the repository root):
     python scripts/bench_train_step.py --profile --steps 60                 # where a step's time goes
     python scripts/bench_train_step.py --profile --validation               # + one validation pass
     python scripts/bench_train_step.py --compare eager,blocks --steps 500 --warmup 30   # interleaved A/B
+    python scripts/bench_train_step.py --compare eager,eager-bf16 --steps 60 experiment=quickstart_rooms  # fp32 / bf16
     python scripts/bench_train_step.py --compare eager,blocks,model --steps 120 data.data_dir=/data/synth
     python scripts/bench_train_step.py --optimizers                         # AdamW for-loop / foreach / fused
     python scripts/bench_train_step.py --recompiles blocks                  # graphs compiled over one epoch
@@ -43,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> TrainStepBench:
     p.add_argument("--profile", action="store_true", help="time each phase of the step (eager model)")
     p.add_argument("--validation", action="store_true", help="with --profile: time one validation pass too")
     p.add_argument("--compare", default=None, help=f"comma-separated variants, the first is the reference "
-                                                   f"({', '.join(VARIANTS)})")
+                                                   f"({', '.join(VARIANTS)}; NAME-bf16: under bf16 autocast)")
     p.add_argument("--optimizers", action="store_true", help="time AdamW's step: for-loop, foreach, fused")
     p.add_argument("--recompiles", choices=RECOMPILE_SCOPES, default=None,
                    help="count the graphs the epochs' batch shapes and chunk draws compile (that scope)")

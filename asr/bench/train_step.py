@@ -260,6 +260,15 @@ VARIANTS = {
 }
 
 
+def variant_parts(name: str) -> tuple[str, bool]:
+    """(compile variant, bf16 autocast) of a ``--compare`` name: ``eager``, or ``eager-bf16`` for the same step
+    under bf16 autocast whatever ``--precision`` says (float32 and bf16 interleaved on the same batches)."""
+    compile_name, _, cast = name.partition("-")
+    if compile_name not in VARIANTS or cast not in ("", "bf16"):
+        raise ValueError(f"unknown variant {name!r}; valid: {', '.join(VARIANTS)}, each optionally with -bf16")
+    return compile_name, cast == "bf16"
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -274,18 +283,19 @@ def compare_steps(cfg: DictConfig, module, batches: Iterable, variants: Iterable
     for name in variants:
         twin = copy.deepcopy(module)
         twin.chunks.generator.set_state(module.chunks.generator.get_state())  # the same draws
-        compile_model(twin.model, VARIANTS[name])
+        compile_name, cast = variant_parts(name)
+        compile_model(twin.model, VARIANTS[compile_name])
         optimizer, scheduler = make_optimizer(cfg, twin.model)
-        runs.append((VariantStats(name), twin, optimizer, scheduler))
+        runs.append((VariantStats(name), twin, optimizer, scheduler, torch.bfloat16 if cast else autocast))
     clip = cfg.trainer.get("gradient_clip_val")
     batches = list(batches) if not hasattr(batches, "__len__") else batches
     for i, batch in enumerate(batches):
-        for stats, twin, optimizer, scheduler in runs:
+        for stats, twin, optimizer, scheduler, variant_cast in runs:
             graphs = compiled_graph_count()
             device = twin.model.ctc_proj.weight.device
             _synchronize(device)
             t0, c0 = time.perf_counter(), time.process_time()
-            loss = train_step(twin, optimizer, scheduler, batch, clip, autocast)
+            loss = train_step(twin, optimizer, scheduler, batch, clip, variant_cast)
             _synchronize(device)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             new = compiled_graph_count() - graphs

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from hydra import compose, initialize_config_dir
 
-from asr.bench.train_step import (VARIANTS, build_synthetic, build_training, compare_steps, comparison_table,
-                                  profile_steps, recompile_census, synthetic_batches, take, time_optimizers,
-                                  time_validation)
+from asr.bench.train_step import (build_synthetic, build_training, compare_steps, comparison_table, profile_steps,
+                                  recompile_census, synthetic_batches, take, time_optimizers, time_validation,
+                                  variant_parts)
 from asr.bench.synthetic import FRAMES_PER_SECOND
 from asr.data.buckets import geometric_buckets, pad_to_buckets
 from asr.train.config import repository_conf_dir
@@ -23,9 +23,10 @@ SYNTHETIC_SECONDS = (2.0, 16.0)  # utterance lengths of the synthetic batches
 
 @dataclass(frozen=True)
 class TrainStepBench:
-    """What to measure. ``compare``: comma-separated variants (:data:`VARIANTS`), the first the reference;
-    ``recompiles``: a scope of :data:`RECOMPILE_SCOPES`; ``synthetic``: the vocabulary of random
-    duration-bucketed batches (``--compare`` only, no corpus); ``overrides``: Hydra overrides."""
+    """What to measure. ``compare``: comma-separated variants (:data:`VARIANTS`, each optionally ``-bf16``: under
+    bf16 autocast), the first the reference; ``recompiles``: a scope of :data:`RECOMPILE_SCOPES`;
+    ``synthetic``: the vocabulary of random duration-bucketed batches (``--compare`` only, no corpus);
+    ``overrides``: Hydra overrides."""
 
     experiment: str = "quickstart"
     profile: bool = False
@@ -51,9 +52,8 @@ class TrainStepBench:
         if not (self.profile or self.compare or self.optimizers or self.recompiles):
             raise ValueError("choose --profile, --compare, --optimizers or --recompiles")
         if self.compare:
-            unknown = [v for v in self.compare.split(",") if v not in VARIANTS]
-            if unknown:
-                raise ValueError(f"unknown variant(s) {unknown}; valid: {', '.join(VARIANTS)}")
+            for variant in self.compare.split(","):
+                variant_parts(variant)  # an unknown one is an error that lists the valid ones
         if self.recompiles is not None and self.recompiles not in RECOMPILE_SCOPES:
             raise ValueError(f"--recompiles {self.recompiles!r}; valid: {', '.join(RECOMPILE_SCOPES)}")
         if self.precision not in PRECISIONS:
