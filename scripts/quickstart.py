@@ -1,8 +1,8 @@
 """End-to-end quickstart on CPU: corpus -> training -> decoding -> streaming.
 
 Usage (from the repository root):
-    python scripts/quickstart.py                  # everything, about 75 minutes on a 2-core CPU
-    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 5320 steps)
+    python scripts/quickstart.py                  # everything, 45-100 minutes on a 2-core CPU (hosts differ)
+    python scripts/quickstart.py --train-minutes 20   # stop training earlier (before its 8360 steps)
     python scripts/quickstart.py --retrain        # train again in a new run folder
     python scripts/quickstart.py --help
 
@@ -20,12 +20,13 @@ Steps (each one reuses what earlier runs left):
  2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
     and then the clean copies beside half of the room copies, noise from the corpus's noise bank under a
     quarter of those, for the default profile;
-    experiment=quickstart for a profile without clean copies) with scripts/train.py: 5320 steps,
-    27-70 min on 2 idle cores (hosts differ), capped by the recipe's trainer.max_time (55 min) or --train-minutes,
-    into exp/quickstart_rel_xl, resuming an
-    interrupted run there; skipped when that run finished; a run of another corpus or recipe (its
-    quickstart_corpus.json differs: train split, tokenizer, profile or a file under conf/)
-    is left alone and a new timestamped run folder is trained beside it;
+    experiment=quickstart for a profile without clean copies) with scripts/train.py: 8360 steps, in bf16
+    autocast where a probe finds it faster on this host (asr.train.precision), about 31 min on 2 idle
+    cores with AVX512-BF16 (hosts differ), capped by the recipe's trainer.max_time (55 min) or
+    --train-minutes, into exp/quickstart_rel_xl, resuming an interrupted run there; skipped when that
+    run finished; a run of another corpus or recipe (its quickstart_corpus.json differs: train split,
+    tokenizer, profile or a file under conf/) is left alone and a new timestamped run folder is trained
+    beside it;
  3. average the best checkpoints (scripts/average_checkpoints.py);
  4. decode the test split full-context (attention_rescoring, ctc_greedy) and streaming
     at chunk 16 (scripts/decode.py) into <run dir>/decode/test_full and test_chunk16
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="wall-clock cap on training (default: the recipe's trainer.max_time, 55 min for the "
-                             "room recipe, whose 5320 steps take 27-70 min on 2 idle cores, 35 for the clean one; "
+                             "room recipe, whose 8360 steps take about 31 min on 2 idle cores with AVX512-BF16, 35 for "
+                             "the clean one; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
@@ -242,7 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     for line in outcome_lines(read_outcome(train_summary),
                               cap_hint="a longer --train-minutes with --retrain trains every step"):
         print(f"training    : {line}")
-    print(f"train time  : {train_summary['seconds'] / 60:.1f} min; total {(time.monotonic() - start) / 60:.1f} min")
+    precision = f" at {train_summary['precision']}" if "precision" in train_summary else ""
+    print(f"train time  : {train_summary['seconds'] / 60:.1f} min{precision}; "
+          f"total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)
 
 
