@@ -278,7 +278,8 @@ def train(cfg: DictConfig) -> dict:
     precision = resolve_precision(trainer_cfg.get("precision", "32-true"), {
         key: trainer_cfg.get(key) for key in ("accelerator", "devices", "num_nodes")}, out_dir,
         lambda device: measure_recipe_step(cfg, features.num_mel_bins, device))
-    trainer_cfg.precision = precision.precision
+    if precision.precision != trainer_cfg.get("precision", "32-true"):  # a trainer config may not name one
+        trainer_cfg.precision = precision.precision
     if precision.fp32_ms is not None:
         print(precision.line())
     trainer: pl.Trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False,
