@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -26,8 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-log = logging.getLogger(__name__)
 
 AUTO = "auto"
 CHOICE_FILE = "precision.json"
