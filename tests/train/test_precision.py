@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 
 from asr.train.precision import (CHOICE_FILE, MIN_SPEEDUP, PrecisionChoice, probe_batch, read_choice,
                                  resolve_precision, time_steps)
-from asr.train.run import train
+from asr.train.run import format_summary, train
 
 from helpers import VOCAB, random_batches, tiny_model
 from tiny_corpus import CONF, make_tiny_corpus, tiny_overrides
@@ -118,6 +118,7 @@ def test_a_run_at_auto_records_its_choice_and_a_resume_keeps_it(corpus, tmp_path
     summary = train(cfg)
     stored = read_choice(tmp_path / CHOICE_FILE)
     assert summary["precision"] == stored.precision in ("32-true", "bf16-mixed")
+    assert f"s at {stored.precision}" in format_summary(summary)
     assert stored.fp32_ms > 0 and stored.bf16_ms > 0
     # the other precision written as this folder's choice: a resumed run trains at it, without a probe
     other = "32-true" if stored.precision == "bf16-mixed" else "bf16-mixed"
