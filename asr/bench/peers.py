@@ -44,6 +44,7 @@ from torch import nn
 from asr.bench.encoders import EncoderSize, espnet
 from asr.bench.synthetic import audio_seconds
 from asr.data.batch import Batch
+from asr.train.device import synchronize
 
 Step = Callable[[Batch], torch.Tensor]  # batch on the device -> scalar loss
 
@@ -189,11 +190,6 @@ class PeerStats:
         return self.audio_s / self.wall if self.wall else 0.0
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def fwd_bwd(contender: Contender, batch: Batch, autocast: torch.dtype | None) -> torch.Tensor:
     for p in contender.module.parameters():
         p.grad = None
@@ -208,12 +204,12 @@ def gpu_busy_share(contender: Contender, batches: list[Batch], autocast: torch.d
     from torch.profiler import ProfilerActivity, profile
 
     device = batches[0].feats.device
-    _sync(device)
+    synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for batch in batches:
             fwd_bwd(contender, batch, autocast)
-        _sync(device)
+        synchronize(device)
         wall = time.perf_counter() - t0
     kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
     return kernel_us / 1e6 / wall
@@ -242,10 +238,10 @@ def run_peers(names: list[str], size: PeerSize, batches: list[Batch], rounds: in
             for contender, stats in built[k:] + built[:k]:
                 if dev.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(dev)
-                _sync(dev)
+                synchronize(dev)
                 t0, c0 = time.perf_counter(), time.process_time()
                 loss = fwd_bwd(contender, batch, autocast)
-                _sync(dev)
+                synchronize(dev)
                 if r == 0:
                     continue
                 stats.wall += time.perf_counter() - t0

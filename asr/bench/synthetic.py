@@ -8,8 +8,7 @@ from __future__ import annotations
 import torch
 
 from asr.data.batch import Batch
-
-FRAMES_PER_SECOND = 100
+from asr.data.features import FRAMES_PER_SECOND
 
 
 def synthetic_batches(n: int, max_duration: float, vocab_size: int, feat_dim: int, seed: int = 0,

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.bench.synthetic import synthetic_batches  # noqa: F401  (the benchmarks' batches)
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
+from asr.train.device import synchronize
 from asr.train.optim import guard_fused
 from asr.train.run import build_module, run_features
 from asr.train.schedule import build_scheduler
@@ -269,11 +270,6 @@ def variant_parts(name: str) -> tuple[str, bool]:
     return compile_name, cast == "bf16"
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def compare_steps(cfg: DictConfig, module, batches: Iterable, variants: Iterable[str], warmup: int,
                   loss_every: int = 50, autocast: torch.dtype | None = None, log=None) -> list[VariantStats]:
     """Step each variant (a deep copy of ``module``'s model, its own optimizer, the same chunk
@@ -293,10 +289,10 @@ def compare_steps(cfg: DictConfig, module, batches: Iterable, variants: Iterable
         for stats, twin, optimizer, scheduler, variant_cast in runs:
             graphs = compiled_graph_count()
             device = twin.model.ctc_proj.weight.device
-            _synchronize(device)
+            synchronize(device)
             t0, c0 = time.perf_counter(), time.process_time()
             loss = train_step(twin, optimizer, scheduler, batch, clip, variant_cast)
-            _synchronize(device)
+            synchronize(device)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             new = compiled_graph_count() - graphs
             stats.graphs += new

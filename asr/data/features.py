@@ -43,6 +43,7 @@ SAMPLE_RATE = 16000  # Hz: every waveform is resampled to this rate before featu
 FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 FRAME_SHIFT_S = FRAME_SHIFT_MS / 1000.0  # seconds of audio per feature frame
+FRAMES_PER_SECOND = round(1000.0 / FRAME_SHIFT_MS)  # feature frames a second of audio
 FRAME_SHIFT_SAMPLES = round(SAMPLE_RATE * FRAME_SHIFT_S)  # samples between frame starts
 DB_PER_NEPER = 10.0 / math.log(10.0)  # a log-mel (natural-log energy) difference -> dB
 WINDOW_TYPES = ("povey", "hamming", "hanning", "hann", "rectangular", "blackman")

@@ -26,12 +26,14 @@ from pathlib import Path
 
 import torch
 
+from asr.data.features import FRAMES_PER_SECOND
+from asr.train.device import synchronize
+
 AUTO = "auto"
 CHOICE_FILE = "precision.json"
 # bf16 is chosen when the float32 step takes at least this many times the autocast step: below it the gain
 # is within the probe's run-to-run spread on a busy host.
 MIN_SPEEDUP = 1.15
-FRAMES_PER_SECOND = 100
 
 
 @dataclass(frozen=True)
@@ -72,21 +74,16 @@ def time_steps(model: torch.nn.Module, batch: tuple, repeats: int = 4, warmup: i
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for i in range(warmup + repeats):
             for bf16 in (False, True):
-                _synchronize(device)
+                synchronize(device)
                 start = time.perf_counter()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     loss = probe(feats, feat_lens, tokens, token_lens)["loss"]
                 loss.backward()
                 probe.zero_grad(set_to_none=True)
-                _synchronize(device)
+                synchronize(device)
                 if i >= warmup:
                     times[bf16].append(time.perf_counter() - start)
     return statistics.median(times[False]), statistics.median(times[True])
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def probe_device(accelerator: str) -> str:
