@@ -21,8 +21,8 @@ Steps (each one reuses what earlier runs left):
     and then the clean copies beside half of the room copies, noise from the corpus's noise bank under a
     quarter of those, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 8360 steps, in bf16
-    autocast where a probe finds it faster on this host (asr.train.precision), about 31 min on 2 idle
-    cores with AVX512-BF16 (hosts differ), capped by the recipe's trainer.max_time (55 min) or
+    autocast where a probe finds it faster on this host (asr.train.precision) and on tcmalloc where
+    installed (asr.train.allocator), about 29 min on 2 idle cores with AVX512-BF16 (hosts differ), capped by the recipe's trainer.max_time (55 min) or
     --train-minutes, into exp/quickstart_rel_xl, resuming an interrupted run there; skipped when that
     run finished; a run of another corpus or recipe (its quickstart_corpus.json differs: train split,
     tokenizer, profile or a file under conf/) is left alone and a new timestamped run folder is trained
@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
                               cap_hint="a longer --train-minutes with --retrain trains every step"):
         print(f"training    : {line}")
     precision = f" at {train_summary['precision']}" if "precision" in train_summary else ""
-    print(f"train time  : {train_summary['seconds'] / 60:.1f} min{precision}; "
+    allocator = f", allocator {train_summary['allocator']}" if "allocator" in train_summary else ""
+    print(f"train time  : {train_summary['seconds'] / 60:.1f} min{precision}{allocator}; "
           f"total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)
 

@@ -10,6 +10,10 @@ Usage (from the repository root):
 ``scripts/train.py`` is the same command.
 """
 
-from asr.train.run import main
+from asr.train.allocator import preload_allocator_or_exit
+
+preload_allocator_or_exit()  # before torch loads: tcmalloc or jemalloc where installed (ASR_ALLOCATOR)
+
+from asr.train.run import main  # noqa: E402
 
 main()

@@ -34,6 +34,7 @@ from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, Stre
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
+from asr.train.allocator import allocator_in_use
 from asr.train.precision import measure_recipe_step, resolve_precision
 from asr.train.resume import (AtomicCheckpointIO, ResumePoint, keep_logged_rows, newest_resumable,
                               remove_interrupted_writes, set_aside, training_state_problem)
@@ -243,7 +244,8 @@ def format_summary(summary: dict) -> str:
         *([f"schedule        : fitted to the time cap, {fitted['steps']} of {fitted['planned_steps']} planned steps"]
           if (fitted := summary.get("fitted_to_time_cap")) else []),
         f"time            : {summary['seconds']:.1f} s"
-        + (f" at {precision}" if (precision := summary.get("precision")) else ""),
+        + (f" at {precision}" if (precision := summary.get("precision")) else "")
+        + (f", allocator {allocator}" if (allocator := summary.get("allocator")) else ""),
         f"non-finite skips: {summary['nonfinite_skips']}",
         *([f"compiled graphs : {graphs['count']} (the last at step {graphs['last_at_step']})"]
           if (graphs := summary.get("compiled_graphs")) else []),
@@ -313,6 +315,7 @@ def train(cfg: DictConfig) -> dict:
         "fitted_to_time_cap": fitted,
         "epochs": int(trainer.current_epoch),
         "precision": precision.precision,
+        "allocator": allocator_in_use(),
         "seconds": time.monotonic() - start,
         "nonfinite_skips": int(module.nonfinite_skips),
         "compiled_graphs": {"count": module.compiled_graphs, "last_at_step": module.last_compile_step}

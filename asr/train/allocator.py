@@ -1,0 +1,149 @@
+"""The memory allocator a training process runs on.
+
+A training step on the CPU allocates and frees the same large buffers every step (activations, their
+gradients, and under bf16 autocast a low-precision copy of every weight a matrix product reads). The C
+library's malloc hands part of that memory back to the system and takes it again; under tcmalloc the
+room recipe's bf16 step inside Lightning's loop runs about a fifth faster (data/results/speed.md).
+PyTorch's own CPU launcher (``torch.backends.xeon.run_cpu``) preloads tcmalloc or jemalloc for the same
+reason.
+
+An allocator is chosen before a process starts (``LD_PRELOAD``), so training re-executes itself once with
+the library preloaded (:func:`reexec_with_allocator`). ``ASR_ALLOCATOR`` chooses: ``auto`` (tcmalloc, else
+jemalloc, where installed; else the C library's), ``tcmalloc``, ``jemalloc``, ``system`` (no preload), or a
+library's path. Processes a run starts later (Lightning's other ranks, data loader workers) inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+ALLOCATOR_ENV = "ASR_ALLOCATOR"
+# Set in the re-executed process: it never re-executes again, and its summary names the library.
+PRELOADED_ENV = "ASR_ALLOCATOR_PRELOADED"
+SETTINGS = ("auto", "tcmalloc", "jemalloc", "system")
+# The file names distributions install (Debian: libtcmalloc-minimal4, libjemalloc2), in order of preference.
+LIBRARIES = {
+    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
+    "jemalloc": ("libjemalloc.so.2",),
+}
+# Names in LD_PRELOAD that replace malloc: a caller who preloads one keeps it.
+ALLOCATOR_MARKERS = ("tcmalloc", "jemalloc", "mimalloc")
+INSTALL_HINT = "apt-get install -y libtcmalloc-minimal4 (or libjemalloc2)"
+
+
+@dataclass(frozen=True)
+class AllocatorChoice:
+    """``name``: tcmalloc, jemalloc, system, preloaded (by the caller) or a path's file name; ``path``: the
+    library to preload, None when nothing is preloaded here."""
+
+    name: str
+    path: Path | None
+    reason: str
+
+
+def search_dirs() -> list[Path]:
+    """Where shared libraries of this interpreter's environment and the system's live, in that order."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{os.uname().machine}-linux-gnu"
+    roots = [Path(sys.prefix) / "lib"]
+    if os.environ.get("CONDA_PREFIX"):
+        roots.append(Path(os.environ["CONDA_PREFIX"]) / "lib")
+    roots += [Path("/usr/local/lib"), Path("/usr/lib") / multiarch, Path("/lib") / multiarch,
+              Path("/usr/lib64"), Path("/usr/lib")]
+    return roots
+
+
+def find_library(name: str, dirs: list[Path] | None = None) -> Path | None:
+    """The first installed file of allocator ``name`` (a key of :data:`LIBRARIES`) in ``dirs``."""
+    for directory in search_dirs() if dirs is None else dirs:
+        for file_name in LIBRARIES[name]:
+            candidate = directory / file_name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.platform) -> AllocatorChoice:
+    """The allocator ``setting`` (an :data:`ALLOCATOR_ENV` value) names here; ValueError for a library that
+    is not installed or a setting that names none."""
+    setting = setting.strip() or "auto"
+    if setting == "system":
+        return AllocatorChoice("system", None, f"{ALLOCATOR_ENV}=system")
+    if "/" in setting:
+        path = Path(setting)
+        if not path.is_file():
+            raise ValueError(f"{ALLOCATOR_ENV}={setting}: no such file")
+        return AllocatorChoice(path.name, path, f"{ALLOCATOR_ENV} names it")
+    if setting not in SETTINGS:
+        raise ValueError(f"{ALLOCATOR_ENV}={setting}: expected one of {', '.join(SETTINGS)} or a library's path")
+    if platform != "linux":
+        return AllocatorChoice("system", None, f"preloading an allocator is Linux's ({platform} here)")
+    names = list(LIBRARIES) if setting == "auto" else [setting]
+    for name in names:
+        path = find_library(name, dirs)
+        if path is not None:
+            return AllocatorChoice(name, path, f"{ALLOCATOR_ENV}={setting}")
+    if setting == "auto":
+        return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed ({INSTALL_HINT} speeds CPU "
+                                               "training)")
+    searched = ", ".join(str(d) for d in (search_dirs() if dirs is None else dirs))
+    raise ValueError(f"{ALLOCATOR_ENV}={setting}: none of {', '.join(LIBRARIES[setting])} in {searched} "
+                     f"({INSTALL_HINT})")
+
+
+def caller_preload(env: Mapping[str, str]) -> str | None:
+    """The allocator library the caller already preloads (an ``LD_PRELOAD`` entry), if any."""
+    for entry in env.get("LD_PRELOAD", "").replace(":", " ").split():
+        if any(marker in Path(entry).name for marker in ALLOCATOR_MARKERS):
+            return entry
+    return None
+
+
+def preload_env(env: Mapping[str, str], path: Path) -> dict[str, str]:
+    """A copy of ``env`` that preloads ``path`` before whatever ``LD_PRELOAD`` held, marked as done."""
+    out = dict(env)
+    out["LD_PRELOAD"] = " ".join(p for p in (str(path), env.get("LD_PRELOAD", "")) if p)
+    out[PRELOADED_ENV] = str(path)
+    # tcmalloc reports every allocation over 1 GiB on stderr; a feature store's batch can be one.
+    out.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
+    return out
+
+
+def allocator_in_use(env: Mapping[str, str] | None = None) -> str:
+    """What this process allocates with, for a run's summary: the preloaded library's file name or system."""
+    env = os.environ if env is None else env
+    path = env.get(PRELOADED_ENV) or caller_preload(env)
+    return Path(path).name if path else "system"
+
+
+def reexec_with_allocator(env: Mapping[str, str] | None = None,
+                          execve: Callable[[str, list[str], dict[str, str]], None] = os.execve,
+                          dirs: list[Path] | None = None) -> AllocatorChoice:
+    """Re-execute this process with the allocator :data:`ALLOCATOR_ENV` chooses preloaded, once; returns the
+    choice when nothing is re-executed (already preloaded, by this or by the caller, or nothing to preload).
+    ``execve`` does not return when it replaces the process."""
+    env = os.environ if env is None else env
+    if env.get(PRELOADED_ENV):
+        return AllocatorChoice(Path(env[PRELOADED_ENV]).name, None, "preloaded")
+    preloaded = caller_preload(env)
+    if preloaded is not None:
+        return AllocatorChoice("preloaded", None, f"LD_PRELOAD holds {preloaded}")
+    choice = choose(env.get(ALLOCATOR_ENV, "auto"), dirs)
+    if choice.path is None:
+        return choice
+    # orig_argv keeps the interpreter's own options (-m asr.train, -X ...), which argv drops.
+    execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], preload_env(env, choice.path))
+    return choice
+
+
+def preload_allocator_or_exit() -> None:
+    """A training entry point's first step, before torch is imported: re-execute with the allocator; a
+    setting that names nothing installed ends the program with its message."""
+    try:
+        reexec_with_allocator()
+    except ValueError as err:
+        sys.exit(f"error: {err}")

@@ -1,0 +1,136 @@
+"""The allocator a training process re-executes itself with (asr.train.allocator)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asr.train.allocator import (
+    ALLOCATOR_ENV,
+    PRELOADED_ENV,
+    allocator_in_use,
+    caller_preload,
+    choose,
+    find_library,
+    preload_env,
+    reexec_with_allocator,
+)
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def fake_libs(directory: Path, *names: str) -> list[Path]:
+    """[directory] holding empty files of these names (the search looks at names only)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (directory / name).write_bytes(b"")
+    return [directory]
+
+
+def test_auto_prefers_tcmalloc_then_jemalloc_then_the_c_library(tmp_path):
+    choice = choose("auto", fake_libs(tmp_path / "both", "libjemalloc.so.2", "libtcmalloc_minimal.so.4"),
+                    platform="linux")
+    assert (choice.name, choice.path) == ("tcmalloc", tmp_path / "both" / "libtcmalloc_minimal.so.4")
+    choice = choose("auto", fake_libs(tmp_path / "je", "libjemalloc.so.2"), platform="linux")
+    assert (choice.name, choice.path) == ("jemalloc", tmp_path / "je" / "libjemalloc.so.2")
+    choice = choose("auto", fake_libs(tmp_path / "none"), platform="linux")
+    assert (choice.name, choice.path) == ("system", None)
+    assert "libtcmalloc-minimal4" in choice.reason
+
+
+def test_the_full_tcmalloc_is_found_when_the_minimal_one_is_not(tmp_path):
+    assert find_library("tcmalloc", fake_libs(tmp_path, "libtcmalloc.so.4")) == tmp_path / "libtcmalloc.so.4"
+    assert find_library("jemalloc", [tmp_path]) is None
+
+
+def test_explicit_settings(tmp_path):
+    dirs = fake_libs(tmp_path, "libjemalloc.so.2")
+    assert choose("jemalloc", dirs, platform="linux").path == tmp_path / "libjemalloc.so.2"
+    assert choose("system", dirs, platform="linux").path is None
+    with pytest.raises(ValueError, match="libtcmalloc_minimal.so.4.*apt-get"):
+        choose("tcmalloc", dirs, platform="linux")
+    with pytest.raises(ValueError, match="expected one of auto, tcmalloc, jemalloc, system"):
+        choose("mimalloc", dirs, platform="linux")
+    assert choose(str(tmp_path / "libjemalloc.so.2"), dirs, platform="linux").path == tmp_path / "libjemalloc.so.2"
+    with pytest.raises(ValueError, match="no such file"):
+        choose(str(tmp_path / "missing.so"), dirs, platform="linux")
+    # LD_PRELOAD is the Linux loader's: elsewhere nothing is preloaded
+    assert choose("auto", dirs, platform="darwin").path is None
+
+
+def test_preload_env_puts_the_library_first_and_keeps_the_callers(tmp_path):
+    lib = tmp_path / "libtcmalloc_minimal.so.4"
+    env = {"LD_PRELOAD": "/opt/libhook.so", "PATH": "/bin"}
+    out = preload_env(env, lib)
+    assert out["LD_PRELOAD"] == f"{lib} /opt/libhook.so"
+    assert out[PRELOADED_ENV] == str(lib) and out["PATH"] == "/bin"
+    assert int(out["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"]) >= 1 << 40
+    assert env == {"LD_PRELOAD": "/opt/libhook.so", "PATH": "/bin"}  # the caller's mapping untouched
+    assert preload_env({}, lib)["LD_PRELOAD"] == str(lib)
+
+
+def test_reexec_replaces_the_process_once(tmp_path):
+    dirs = fake_libs(tmp_path, "libtcmalloc_minimal.so.4")
+    calls = []
+    reexec_with_allocator({"PATH": "/bin"}, lambda exe, argv, env: calls.append((exe, argv, env)), dirs)
+    (exe, argv, env), = calls
+    assert exe == sys.executable and argv[0] == sys.executable and argv[1:] == sys.orig_argv[1:]
+    assert env["LD_PRELOAD"] == str(tmp_path / "libtcmalloc_minimal.so.4")
+    # the re-executed process: marked, so it runs on
+    calls.clear()
+    choice = reexec_with_allocator(env, lambda *a: calls.append(a), dirs)
+    assert calls == [] and choice.name == "libtcmalloc_minimal.so.4"
+
+
+def test_no_reexec_when_the_caller_preloads_an_allocator_or_asks_for_the_c_library(tmp_path):
+    dirs = fake_libs(tmp_path, "libtcmalloc_minimal.so.4")
+    calls = []
+    choice = reexec_with_allocator({"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, lambda *a: calls.append(a), dirs)
+    assert calls == [] and choice.name == "preloaded"
+    choice = reexec_with_allocator({ALLOCATOR_ENV: "system"}, lambda *a: calls.append(a), dirs)
+    assert calls == [] and choice.name == "system"
+    with pytest.raises(ValueError):
+        reexec_with_allocator({ALLOCATOR_ENV: "jemalloc"}, lambda *a: calls.append(a), dirs)
+    assert calls == []
+
+
+def test_caller_preload_and_the_allocator_in_use():
+    assert caller_preload({"LD_PRELOAD": "/x/libhook.so:/y/libtcmalloc.so.4"}) == "/y/libtcmalloc.so.4"
+    assert caller_preload({"LD_PRELOAD": "/x/libhook.so"}) is None and caller_preload({}) is None
+    assert allocator_in_use({PRELOADED_ENV: "/usr/lib/libjemalloc.so.2"}) == "libjemalloc.so.2"
+    assert allocator_in_use({"LD_PRELOAD": "/y/libtcmalloc_minimal.so.4"}) == "libtcmalloc_minimal.so.4"
+    assert allocator_in_use({}) == "system"
+
+
+PROBE = """
+import sys
+sys.path.insert(0, {checkout!r})
+from asr.train.allocator import preload_allocator_or_exit
+preload_allocator_or_exit()
+maps = open("/proc/self/maps").read()
+print("mapped" if any(n in maps for n in ("libtcmalloc", "libjemalloc")) else "not mapped")
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD is the Linux loader's")
+def test_an_installed_allocator_is_mapped_in_the_reexecuted_process(tmp_path):
+    if choose("auto").path is None:
+        pytest.skip("no tcmalloc or jemalloc installed on this host")
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE.format(checkout=str(CHECKOUT)))
+    env = {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "mapped"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={**env, ALLOCATOR_ENV: "system"})
+    assert out.stdout.strip() == "not mapped"
+
+
+def test_a_bad_setting_ends_the_entry_point_with_its_message(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE.format(checkout=str(CHECKOUT)))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", ALLOCATOR_ENV: "/nowhere/libmalloc.so"})
+    assert out.returncode == 1 and "ASR_ALLOCATOR=/nowhere/libmalloc.so: no such file" in out.stderr
