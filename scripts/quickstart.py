@@ -22,7 +22,8 @@ Steps (each one reuses what earlier runs left):
     quarter of those, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 8360 steps, in bf16
     autocast where a probe finds it faster on this host (asr.train.precision) and on tcmalloc where
-    installed (asr.train.allocator), about 29 min on 2 idle cores with AVX512-BF16 (hosts differ), capped by the recipe's trainer.max_time (55 min) or
+    installed (asr.train.allocator), about 29 min on 2 idle cores with AVX512-BF16 (24 on tcmalloc;
+    hosts differ), capped by the recipe's trainer.max_time (55 min) or
     --train-minutes, into exp/quickstart_rel_xl, resuming an interrupted run there; skipped when that
     run finished; a run of another corpus or recipe (its quickstart_corpus.json differs: train split,
     tokenizer, profile or a file under conf/) is left alone and a new timestamped run folder is trained
