@@ -39,11 +39,12 @@ INSTALL_HINT = "apt-get install -y libtcmalloc-minimal4 (or libjemalloc2)"
 @dataclass(frozen=True)
 class AllocatorChoice:
     """``name``: tcmalloc, jemalloc, system, preloaded (by the caller) or a path's file name; ``path``: the
-    library to preload, None when nothing is preloaded here."""
+    library to preload, None when nothing is preloaded here; ``none_installed``: auto found no library."""
 
     name: str
     path: Path | None
     reason: str
+    none_installed: bool = False
 
 
 def search_dirs() -> list[Path]:
@@ -89,7 +90,7 @@ def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.pla
             return AllocatorChoice(name, path, f"{ALLOCATOR_ENV}={setting}")
     if setting == "auto":
         return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed ({INSTALL_HINT} speeds CPU "
-                                               "training)")
+                                               "training)", none_installed=True)
     searched = ", ".join(str(d) for d in (search_dirs() if dirs is None else dirs))
     raise ValueError(f"{ALLOCATOR_ENV}={setting}: none of {', '.join(LIBRARIES[setting])} in {searched} "
                      f"({INSTALL_HINT})")
@@ -140,10 +141,13 @@ def reexec_with_allocator(env: Mapping[str, str] | None = None,
     return choice
 
 
-def preload_allocator_or_exit() -> None:
+def preload_allocator_or_exit(env: Mapping[str, str] | None = None, dirs: list[Path] | None = None) -> None:
     """A training entry point's first step, before torch is imported: re-execute with the allocator; a
-    setting that names nothing installed ends the program with its message."""
+    setting that names nothing installed ends the program with its message, and a host with none to
+    preload says once how to get one."""
     try:
-        reexec_with_allocator()
+        choice = reexec_with_allocator(env, dirs=dirs)
     except ValueError as err:
         sys.exit(f"error: {err}")
+    if choice.none_installed:
+        print(f"allocator: the C library's malloc; {choice.reason}", file=sys.stderr)

@@ -13,6 +13,7 @@ from asr.train.allocator import (
     caller_preload,
     choose,
     find_library,
+    preload_allocator_or_exit,
     preload_env,
     reexec_with_allocator,
 )
@@ -93,6 +94,14 @@ def test_no_reexec_when_the_caller_preloads_an_allocator_or_asks_for_the_c_libra
     with pytest.raises(ValueError):
         reexec_with_allocator({ALLOCATOR_ENV: "jemalloc"}, lambda *a: calls.append(a), dirs)
     assert calls == []
+
+
+def test_a_host_without_either_library_is_told_how_to_get_one(tmp_path, capsys):
+    preload_allocator_or_exit({}, fake_libs(tmp_path / "none"))
+    assert "allocator: the C library's malloc; no tcmalloc or jemalloc installed (apt-get install" in (
+        capsys.readouterr().err)
+    preload_allocator_or_exit({ALLOCATOR_ENV: "system"}, fake_libs(tmp_path / "none"))
+    assert capsys.readouterr().err == ""  # asked for: nothing to say
 
 
 def test_caller_preload_and_the_allocator_in_use():
