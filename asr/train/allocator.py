@@ -33,7 +33,7 @@ LIBRARIES = {
 }
 # Names in LD_PRELOAD that replace malloc: a caller who preloads one keeps it.
 ALLOCATOR_MARKERS = ("tcmalloc", "jemalloc", "mimalloc")
-INSTALL_HINT = "apt-get install -y libtcmalloc-minimal4 (or libjemalloc2)"
+INSTALL_HINT = "apt-get install -y libtcmalloc-minimal4 or libjemalloc2"
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,11 @@ def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.pla
         if path is not None:
             return AllocatorChoice(name, path, f"{ALLOCATOR_ENV}={setting}")
     if setting == "auto":
-        return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed ({INSTALL_HINT} speeds CPU "
-                                               "training)", none_installed=True)
+        return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed (for faster CPU training: "
+                                               f"{INSTALL_HINT})", none_installed=True)
     searched = ", ".join(str(d) for d in (search_dirs() if dirs is None else dirs))
     raise ValueError(f"{ALLOCATOR_ENV}={setting}: none of {', '.join(LIBRARIES[setting])} in {searched} "
-                     f"({INSTALL_HINT})")
+                     f"(to install one: {INSTALL_HINT})")
 
 
 def caller_preload(env: Mapping[str, str]) -> str | None:

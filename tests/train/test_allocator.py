@@ -98,7 +98,7 @@ def test_no_reexec_when_the_caller_preloads_an_allocator_or_asks_for_the_c_libra
 
 def test_a_host_without_either_library_is_told_how_to_get_one(tmp_path, capsys):
     preload_allocator_or_exit({}, fake_libs(tmp_path / "none"))
-    assert "allocator: the C library's malloc; no tcmalloc or jemalloc installed (apt-get install" in (
+    assert "allocator: the C library's malloc; no tcmalloc or jemalloc installed (for faster CPU training: apt-get" in (
         capsys.readouterr().err)
     preload_allocator_or_exit({ALLOCATOR_ENV: "system"}, fake_libs(tmp_path / "none"))
     assert capsys.readouterr().err == ""  # asked for: nothing to say
