@@ -109,7 +109,7 @@ def preload_env(env: Mapping[str, str], path: Path) -> dict[str, str]:
     out = dict(env)
     out["LD_PRELOAD"] = " ".join(p for p in (str(path), env.get("LD_PRELOAD", "")) if p)
     out[PRELOADED_ENV] = str(path)
-    # tcmalloc reports every allocation over 1 GiB on stderr; a feature store's batch can be one.
+    # tcmalloc writes a line to stderr for every allocation over 1 GiB, which long batches on a GPU host make.
     out.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
     return out
 
