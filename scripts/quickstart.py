@@ -70,7 +70,7 @@ from asr.quickstart import (CORPUS_STAMP, choose_run_dir, corpus_fingerprint, co
 from asr.synth.capture import CAPTURE_FILE  # noqa: E402
 from asr.synth.profiles import DEFAULT_PROFILE, PROFILES  # noqa: E402
 from asr.synth.xengine import XENGINE_FILE  # noqa: E402
-from asr.train.outcome import max_time_string, outcome_lines, read_outcome  # noqa: E402
+from asr.train.outcome import max_time_string, outcome_lines, read_outcome, run_conditions  # noqa: E402
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="wall-clock cap on training (default: the recipe's trainer.max_time, 55 min for the "
-                             "room recipe, whose 8360 steps take about 31 min on 2 idle cores with AVX512-BF16, 35 for "
-                             "the clean one; "
+                             "room recipe, whose 8360 steps take about 29 min on 2 idle cores with AVX512-BF16 (24 on "
+                             "tcmalloc), 35 for the clean one; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
@@ -245,9 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in outcome_lines(read_outcome(train_summary),
                               cap_hint="a longer --train-minutes with --retrain trains every step"):
         print(f"training    : {line}")
-    precision = f" at {train_summary['precision']}" if "precision" in train_summary else ""
-    allocator = f", allocator {train_summary['allocator']}" if "allocator" in train_summary else ""
-    print(f"train time  : {train_summary['seconds'] / 60:.1f} min{precision}{allocator}; "
+    print(f"train time  : {train_summary['seconds'] / 60:.1f} min{run_conditions(train_summary)}; "
           f"total {(time.monotonic() - start) / 60:.1f} min")
     print("=" * 72)
 

@@ -72,6 +72,7 @@ def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.pla
     """The allocator ``setting`` (an :data:`ALLOCATOR_ENV` value) names here; ValueError for a library that
     is not installed or a setting that names none."""
     setting = setting.strip() or "auto"
+    dirs = search_dirs() if dirs is None else dirs
     if setting == "system":
         return AllocatorChoice("system", None, f"{ALLOCATOR_ENV}=system")
     if "/" in setting:
@@ -91,7 +92,7 @@ def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.pla
     if setting == "auto":
         return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed (for faster CPU training: "
                                                f"{INSTALL_HINT})", none_installed=True)
-    searched = ", ".join(str(d) for d in (search_dirs() if dirs is None else dirs))
+    searched = ", ".join(str(d) for d in dirs)
     raise ValueError(f"{ALLOCATOR_ENV}={setting}: none of {', '.join(LIBRARIES[setting])} in {searched} "
                      f"(to install one: {INSTALL_HINT})")
 

@@ -117,6 +117,13 @@ def read_outcome(summary: dict) -> TrainingOutcome:
                            fitted_steps=fitted)
 
 
+def run_conditions(summary: dict) -> str:
+    """What a run trained at, as a suffix for a time line: `` at bf16-mixed, allocator libtcmalloc_minimal.so.4``;
+    empty for a summary written before those keys existed."""
+    return ((f" at {precision}" if (precision := summary.get("precision")) else "")
+            + (f", allocator {allocator}" if (allocator := summary.get("allocator")) else ""))
+
+
 def _minutes(seconds: float) -> str:
     minutes = seconds / 60
     return f"{minutes:.0f}" if minutes == round(minutes) else f"{minutes:.1f}"

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asr.data.cmvn import cmvn_features, load_cmvn
 from asr.data.features import FeatureConfig
+from asr.train.allocator import allocator_in_use
 from asr.train.checkpoint import model_kwargs_from_config, pack_tokenizer
 from asr.train.compile import CompileConfig
 from asr.train.checkpoint_file import CheckpointError
@@ -34,7 +35,7 @@ from asr.train.config import (DebugConfig, FinetuneConfig, SchedulerConfig, Stre
 from asr.train.init_from import (Adoption, Source, adopt_from_source, finetune_model_kwargs, load_source_weights,
                                  read_source)
 from asr.train.module import AsrLightningModule
-from asr.train.allocator import allocator_in_use
+from asr.train.outcome import run_conditions
 from asr.train.precision import measure_recipe_step, resolve_precision
 from asr.train.resume import (AtomicCheckpointIO, ResumePoint, keep_logged_rows, newest_resumable,
                               remove_interrupted_writes, set_aside, training_state_problem)
@@ -243,9 +244,7 @@ def format_summary(summary: dict) -> str:
         f"steps / epochs  : {summary['global_step']} / {summary['epochs']}",
         *([f"schedule        : fitted to the time cap, {fitted['steps']} of {fitted['planned_steps']} planned steps"]
           if (fitted := summary.get("fitted_to_time_cap")) else []),
-        f"time            : {summary['seconds']:.1f} s"
-        + (f" at {precision}" if (precision := summary.get("precision")) else "")
-        + (f", allocator {allocator}" if (allocator := summary.get("allocator")) else ""),
+        f"time            : {summary['seconds']:.1f} s{run_conditions(summary)}",
         f"non-finite skips: {summary['nonfinite_skips']}",
         *([f"compiled graphs : {graphs['count']} (the last at step {graphs['last_at_step']})"]
           if (graphs := summary.get("compiled_graphs")) else []),

@@ -5,7 +5,8 @@ import json
 import pytest
 from lightning.pytorch.callbacks import Timer
 
-from asr.train.outcome import TrainingOutcome, dev_wer_curve, outcome_lines, parse_max_time, read_outcome
+from asr.train.outcome import (TrainingOutcome, dev_wer_curve, outcome_lines, parse_max_time, read_outcome,
+                               run_conditions)
 from asr.train.run import time_cap
 
 CSV_HEADER = "epoch,lr-AdamW,step,train_loss,val_loss,val_wer\n"
@@ -94,3 +95,10 @@ def test_time_cap_from_the_trainer_callbacks():
     assert time_cap([timer]) == (30.0, False)
     timer.load_state_dict({"time_elapsed": {"train": 31.0}})
     assert time_cap([object(), timer]) == (30.0, True)
+
+
+def test_run_conditions_name_the_precision_and_the_allocator_a_summary_recorded():
+    summary = {"precision": "bf16-mixed", "allocator": "libtcmalloc_minimal.so.4"}
+    assert run_conditions(summary) == " at bf16-mixed, allocator libtcmalloc_minimal.so.4"
+    assert run_conditions({"precision": "32-true"}) == " at 32-true"
+    assert run_conditions({}) == ""  # a summary from before either key
