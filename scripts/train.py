@@ -11,8 +11,8 @@ Usage (from the repository root):
 
 Runs go to exp/<experiment>_<pos_enc>/ (multirun: exp/multirun/...): checkpoints/,
 tensorboard/, csv/, .hydra/ and train_summary.json. ``python -m asr.train`` is the same command.
-The process runs on tcmalloc (else jemalloc) where one is installed: ``ASR_ALLOCATOR=system`` keeps the
-C library's malloc (asr.train.allocator).
+The process runs on tcmalloc (else jemalloc, else oneTBB's tbbmalloc from the tbb wheel) where one is installed:
+``ASR_ALLOCATOR=system`` keeps the C library's malloc (asr.train.allocator).
 """
 
 import sys
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr.train.allocator import preload_allocator_or_exit  # noqa: E402
 
 if __name__ == "__main__":
-    preload_allocator_or_exit()  # before torch loads: tcmalloc or jemalloc where installed (ASR_ALLOCATOR)
+    preload_allocator_or_exit()  # before torch loads: tcmalloc, jemalloc or tbbmalloc where installed (ASR_ALLOCATOR)
     from asr.train.run import main
 
     main()

@@ -12,7 +12,7 @@ Usage (from the repository root):
 
 from asr.train.allocator import preload_allocator_or_exit
 
-preload_allocator_or_exit()  # before torch loads: tcmalloc or jemalloc where installed (ASR_ALLOCATOR)
+preload_allocator_or_exit()  # before torch loads: tcmalloc, jemalloc or tbbmalloc where installed (ASR_ALLOCATOR)
 
 from asr.train.run import main  # noqa: E402
 

@@ -9,13 +9,17 @@ reason.
 
 An allocator is chosen before a process starts (``LD_PRELOAD``), so training re-executes itself once with
 the library preloaded (:func:`reexec_with_allocator`). ``ASR_ALLOCATOR`` chooses: ``auto`` (tcmalloc, else
-jemalloc, where installed; else the C library's), ``tcmalloc``, ``jemalloc``, ``system`` (no preload), or a
-library's path. Processes a run starts later (Lightning's other ranks, data loader workers) inherit it.
+jemalloc, else oneTBB's scalable allocator, where installed; else the C library's), ``tcmalloc``, ``jemalloc``,
+``tbbmalloc``, ``system`` (no preload), or a library's path. tcmalloc and jemalloc come from the system's
+packages; oneTBB's from the ``tbb`` wheel (a dependency on Linux x86-64), which installs its libraries into the
+environment's ``lib`` folder, so a fresh ``pip install`` trains on it without root. Processes a run starts later
+(Lightning's other ranks, data loader workers) inherit it.
 """
 
 from __future__ import annotations
 
 import os
+import site
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -25,15 +29,33 @@ from typing import Callable, Mapping
 ALLOCATOR_ENV = "ASR_ALLOCATOR"
 # Set in the re-executed process: it never re-executes again, and its summary names the library.
 PRELOADED_ENV = "ASR_ALLOCATOR_PRELOADED"
-SETTINGS = ("auto", "tcmalloc", "jemalloc", "system")
-# The file names distributions install (Debian: libtcmalloc-minimal4, libjemalloc2), in order of preference.
+SETTINGS = ("auto", "tcmalloc", "jemalloc", "tbbmalloc", "system")
+# The file names distributions install (Debian: libtcmalloc-minimal4, libjemalloc2; PyPI: tbb), in order of
+# preference; auto tries the allocators in this order.
 LIBRARIES = {
     "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
     "jemalloc": ("libjemalloc.so.2",),
+    "tbbmalloc": ("libtbbmalloc_proxy.so.2",),
+}
+# Libraries a preloaded one needs from its own folder, preloaded before it: the tbb wheel's folder is not on the
+# loader's search path, and the proxy (which replaces malloc) links the allocator itself.
+COMPANIONS = {"libtbbmalloc_proxy.so.2": ("libtbbmalloc.so.2",)}
+# Settings each allocator runs with unless the caller set them. tcmalloc writes a line to stderr for every
+# allocation over 1 GiB, which long batches on a GPU host make; oneTBB hands every object over its huge-size
+# threshold back to the system when freed, which a training step's activations then fault in again (four times
+# the page faults of tcmalloc at 1 MiB, seven at its default: data/results/speed.md).
+LIBRARY_ENV = {
+    "tcmalloc": {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 40)},
+    "tbbmalloc": {"TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD": str(1 << 20)},
 }
 # Names in LD_PRELOAD that replace malloc: a caller who preloads one keeps it.
-ALLOCATOR_MARKERS = ("tcmalloc", "jemalloc", "mimalloc")
-INSTALL_HINT = "apt-get install -y libtcmalloc-minimal4 or libjemalloc2"
+ALLOCATOR_MARKERS = ("tcmalloc", "jemalloc", "mimalloc", "tbbmalloc")
+INSTALL_HINTS = {
+    "tcmalloc": "apt-get install -y libtcmalloc-minimal4",
+    "jemalloc": "apt-get install -y libjemalloc2",
+    "tbbmalloc": "pip install tbb",
+}
+INSTALL_HINT = f"{INSTALL_HINTS['tbbmalloc']}, or {INSTALL_HINTS['tcmalloc']}"
 
 
 @dataclass(frozen=True)
@@ -50,7 +72,7 @@ class AllocatorChoice:
 def search_dirs() -> list[Path]:
     """Where shared libraries of this interpreter's environment and the system's live, in that order."""
     multiarch = sysconfig.get_config_var("MULTIARCH") or f"{os.uname().machine}-linux-gnu"
-    roots = [Path(sys.prefix) / "lib"]
+    roots = [Path(sys.prefix) / "lib", Path(site.getuserbase()) / "lib"]
     if os.environ.get("CONDA_PREFIX"):
         roots.append(Path(os.environ["CONDA_PREFIX"]) / "lib")
     roots += [Path("/usr/local/lib"), Path("/usr/lib") / multiarch, Path("/lib") / multiarch,
@@ -90,11 +112,11 @@ def choose(setting: str, dirs: list[Path] | None = None, platform: str = sys.pla
         if path is not None:
             return AllocatorChoice(name, path, f"{ALLOCATOR_ENV}={setting}")
     if setting == "auto":
-        return AllocatorChoice("system", None, f"no tcmalloc or jemalloc installed (for faster CPU training: "
-                                               f"{INSTALL_HINT})", none_installed=True)
+        reason = f"no tcmalloc, jemalloc or tbbmalloc installed (for faster CPU training: {INSTALL_HINT})"
+        return AllocatorChoice("system", None, reason, none_installed=True)
     searched = ", ".join(str(d) for d in dirs)
     raise ValueError(f"{ALLOCATOR_ENV}={setting}: none of {', '.join(LIBRARIES[setting])} in {searched} "
-                     f"(to install one: {INSTALL_HINT})")
+                     f"(to install it: {INSTALL_HINTS[setting]})")
 
 
 def caller_preload(env: Mapping[str, str]) -> str | None:
@@ -105,13 +127,22 @@ def caller_preload(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def preload_paths(path: Path) -> list[Path]:
+    """What preloading ``path`` takes, in order: its :data:`COMPANIONS` beside it (where present), then itself."""
+    companions = [path.parent / name for name in COMPANIONS.get(path.name, ())]
+    return [*(c for c in companions if c.is_file()), path]
+
+
 def preload_env(env: Mapping[str, str], path: Path) -> dict[str, str]:
-    """A copy of ``env`` that preloads ``path`` before whatever ``LD_PRELOAD`` held, marked as done."""
+    """A copy of ``env`` that preloads ``path`` (and its companions) before whatever ``LD_PRELOAD`` held, with
+    the allocator's :data:`LIBRARY_ENV` where the caller has not set them, marked as done."""
     out = dict(env)
-    out["LD_PRELOAD"] = " ".join(p for p in (str(path), env.get("LD_PRELOAD", "")) if p)
+    out["LD_PRELOAD"] = " ".join(p for p in (*map(str, preload_paths(path)), env.get("LD_PRELOAD", "")) if p)
     out[PRELOADED_ENV] = str(path)
-    # tcmalloc writes a line to stderr for every allocation over 1 GiB, which long batches on a GPU host make.
-    out.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
+    for name, settings in LIBRARY_ENV.items():
+        if name in path.name:
+            for key, value in settings.items():
+                out.setdefault(key, value)
     return out
 
 

@@ -29,15 +29,18 @@ def fake_libs(directory: Path, *names: str) -> list[Path]:
     return [directory]
 
 
-def test_auto_prefers_tcmalloc_then_jemalloc_then_the_c_library(tmp_path):
-    choice = choose("auto", fake_libs(tmp_path / "both", "libjemalloc.so.2", "libtcmalloc_minimal.so.4"),
+def test_auto_prefers_tcmalloc_then_jemalloc_then_tbbmalloc_then_the_c_library(tmp_path):
+    tbb = ("libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")
+    choice = choose("auto", fake_libs(tmp_path / "all", "libjemalloc.so.2", *tbb, "libtcmalloc_minimal.so.4"),
                     platform="linux")
-    assert (choice.name, choice.path) == ("tcmalloc", tmp_path / "both" / "libtcmalloc_minimal.so.4")
-    choice = choose("auto", fake_libs(tmp_path / "je", "libjemalloc.so.2"), platform="linux")
+    assert (choice.name, choice.path) == ("tcmalloc", tmp_path / "all" / "libtcmalloc_minimal.so.4")
+    choice = choose("auto", fake_libs(tmp_path / "je", "libjemalloc.so.2", *tbb), platform="linux")
     assert (choice.name, choice.path) == ("jemalloc", tmp_path / "je" / "libjemalloc.so.2")
+    choice = choose("auto", fake_libs(tmp_path / "tbb", *tbb), platform="linux")
+    assert (choice.name, choice.path) == ("tbbmalloc", tmp_path / "tbb" / "libtbbmalloc_proxy.so.2")
     choice = choose("auto", fake_libs(tmp_path / "none"), platform="linux")
     assert (choice.name, choice.path) == ("system", None)
-    assert "libtcmalloc-minimal4" in choice.reason
+    assert "pip install tbb" in choice.reason and "libtcmalloc-minimal4" in choice.reason
 
 
 def test_the_full_tcmalloc_is_found_when_the_minimal_one_is_not(tmp_path):
@@ -51,7 +54,9 @@ def test_explicit_settings(tmp_path):
     assert choose("system", dirs, platform="linux").path is None
     with pytest.raises(ValueError, match="libtcmalloc_minimal.so.4.*apt-get"):
         choose("tcmalloc", dirs, platform="linux")
-    with pytest.raises(ValueError, match="expected one of auto, tcmalloc, jemalloc, system"):
+    with pytest.raises(ValueError, match="tbbmalloc: none of libtbbmalloc_proxy.so.2 .*pip install tbb"):
+        choose("tbbmalloc", dirs, platform="linux")
+    with pytest.raises(ValueError, match="expected one of auto, tcmalloc, jemalloc, tbbmalloc, system"):
         choose("mimalloc", dirs, platform="linux")
     assert choose(str(tmp_path / "libjemalloc.so.2"), dirs, platform="linux").path == tmp_path / "libjemalloc.so.2"
     with pytest.raises(ValueError, match="no such file"):
@@ -69,6 +74,19 @@ def test_preload_env_puts_the_library_first_and_keeps_the_callers(tmp_path):
     assert int(out["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"]) >= 1 << 40
     assert env == {"LD_PRELOAD": "/opt/libhook.so", "PATH": "/bin"}  # the caller's mapping untouched
     assert preload_env({}, lib)["LD_PRELOAD"] == str(lib)
+
+
+def test_the_tbb_proxy_is_preloaded_after_its_allocator_with_freed_large_objects_cached(tmp_path):
+    fake_libs(tmp_path, "libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")
+    proxy = tmp_path / "libtbbmalloc_proxy.so.2"
+    out = preload_env({"LD_PRELOAD": "/opt/libhook.so"}, proxy)
+    # the proxy links libtbbmalloc.so.2, which the loader does not find in the wheel's folder by itself
+    assert out["LD_PRELOAD"] == f"{tmp_path / 'libtbbmalloc.so.2'} {proxy} /opt/libhook.so"
+    assert out[PRELOADED_ENV] == str(proxy) and out["TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD"] == str(1 << 20)
+    assert "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD" not in out
+    # the caller's own threshold stays
+    assert preload_env({"TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD": "0"}, proxy)["TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD"] == "0"
+    assert caller_preload(out) == str(tmp_path / "libtbbmalloc.so.2")
 
 
 def test_reexec_replaces_the_process_once(tmp_path):
@@ -98,8 +116,8 @@ def test_no_reexec_when_the_caller_preloads_an_allocator_or_asks_for_the_c_libra
 
 def test_a_host_without_either_library_is_told_how_to_get_one(tmp_path, capsys):
     preload_allocator_or_exit({}, fake_libs(tmp_path / "none"))
-    assert "allocator: the C library's malloc; no tcmalloc or jemalloc installed (for faster CPU training: apt-get" in (
-        capsys.readouterr().err)
+    assert ("allocator: the C library's malloc; no tcmalloc, jemalloc or tbbmalloc installed (for faster CPU "
+            "training: pip install tbb, or apt-get install -y libtcmalloc-minimal4)") in capsys.readouterr().err
     preload_allocator_or_exit({ALLOCATOR_ENV: "system"}, fake_libs(tmp_path / "none"))
     assert capsys.readouterr().err == ""  # asked for: nothing to say
 
@@ -118,14 +136,14 @@ sys.path.insert(0, {checkout!r})
 from asr.train.allocator import preload_allocator_or_exit
 preload_allocator_or_exit()
 maps = open("/proc/self/maps").read()
-print("mapped" if any(n in maps for n in ("libtcmalloc", "libjemalloc")) else "not mapped")
+print("mapped" if any(n in maps for n in ("libtcmalloc", "libjemalloc", "libtbbmalloc")) else "not mapped")
 """
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD is the Linux loader's")
 def test_an_installed_allocator_is_mapped_in_the_reexecuted_process(tmp_path):
     if choose("auto").path is None:
-        pytest.skip("no tcmalloc or jemalloc installed on this host")
+        pytest.skip("no tcmalloc, jemalloc or tbbmalloc installed on this host")
     script = tmp_path / "probe.py"
     script.write_text(PROBE.format(checkout=str(CHECKOUT)))
     env = {"PATH": "/usr/bin:/bin"}
@@ -135,6 +153,31 @@ def test_an_installed_allocator_is_mapped_in_the_reexecuted_process(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                          env={**env, ALLOCATOR_ENV: "system"})
     assert out.stdout.strip() == "not mapped"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD is the Linux loader's")
+def test_the_tbb_wheels_allocator_runs_torch(tmp_path):
+    try:
+        choose("tbbmalloc")
+    except ValueError:
+        pytest.skip("the tbb wheel is not installed in this environment")
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE.format(checkout=str(CHECKOUT)) + TORCH_STEP)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", ALLOCATOR_ENV: "tbbmalloc"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mapped", "libtbbmalloc_proxy.so.2", "True"]
+
+
+TORCH_STEP = """
+import os, torch
+print(os.path.basename(os.environ["ASR_ALLOCATOR_PRELOADED"]))
+model = torch.nn.Linear(256, 256)
+x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    model(x).float().square().mean().backward()
+print(bool(torch.isfinite(model.weight.grad).all()))
+"""
 
 
 def test_a_bad_setting_ends_the_entry_point_with_its_message(tmp_path):
