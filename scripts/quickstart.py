@@ -21,9 +21,9 @@ Steps (each one reuses what earlier runs left):
     and then the clean copies beside half of the room copies, noise from the corpus's noise bank under a
     quarter of those, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 8360 steps, in bf16
-    autocast where a probe finds it faster on this host (asr.train.precision) and on tcmalloc where
-    installed (asr.train.allocator), about 29 min on 2 idle cores with AVX512-BF16 (24 on tcmalloc;
-    hosts differ), capped by the recipe's trainer.max_time (55 min) or
+    autocast where a probe finds it faster on this host (asr.train.precision) and on tcmalloc, else the
+    tbb wheel's allocator (asr.train.allocator), about 27 min on 2 idle cores with AVX512-BF16 (30 on
+    glibc's malloc, 24 on tcmalloc; hosts differ), capped by the recipe's trainer.max_time (55 min) or
     --train-minutes, into exp/quickstart_rel_xl, resuming an interrupted run there; skipped when that
     run finished; a run of another corpus or recipe (its quickstart_corpus.json differs: train split,
     tokenizer, profile or a file under conf/) is left alone and a new timestamped run folder is trained
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"synth corpus profile (scripts/prepare_data.py --profile; default {DEFAULT_PROFILE})")
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="wall-clock cap on training (default: the recipe's trainer.max_time, 55 min for the "
-                             "room recipe, whose 8360 steps take about 29 min on 2 idle cores with AVX512-BF16 (24 on "
-                             "tcmalloc), 35 for the clean one; "
+                             "room recipe, whose 8360 steps take about 27 min on 2 idle cores with AVX512-BF16 (30 on "
+                             "glibc's malloc, 24 on tcmalloc), 35 for the clean one; "
                              "a slower machine stops at the cap, before the learning rate has decayed)")
     parser.add_argument("--average", type=int, default=3, help="average this many best checkpoints (0: best only)")
     parser.add_argument("--retrain", action="store_true", help="train again in a new timestamped run folder")
