@@ -43,13 +43,13 @@ COMPANIONS = {"libtbbmalloc_proxy.so.2": ("libtbbmalloc.so.2",)}
 # Settings each allocator runs with unless the caller set them. tcmalloc writes a line to stderr for every
 # allocation over 1 GiB, which long batches on a GPU host make; oneTBB hands every object over its huge-size
 # threshold back to the system when freed, which a training step's activations then fault in again (four times
-# the page faults of tcmalloc at 1 MiB, seven at its default: data/results/speed.md).
+# the page faults of tcmalloc at 1 MiB, eight at its default: data/results/speed.md).
 LIBRARY_ENV = {
     "tcmalloc": {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 40)},
     "tbbmalloc": {"TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD": str(1 << 20)},
 }
-# Names in LD_PRELOAD that replace malloc: a caller who preloads one keeps it.
-ALLOCATOR_MARKERS = ("tcmalloc", "jemalloc", "mimalloc", "tbbmalloc")
+# Names in LD_PRELOAD that replace malloc: a caller who preloads one (or mimalloc) keeps it.
+ALLOCATOR_MARKERS = (*LIBRARIES, "mimalloc")
 INSTALL_HINTS = {
     "tcmalloc": "apt-get install -y libtcmalloc-minimal4",
     "jemalloc": "apt-get install -y libjemalloc2",
@@ -60,7 +60,7 @@ INSTALL_HINT = f"{INSTALL_HINTS['tbbmalloc']}, or {INSTALL_HINTS['tcmalloc']}"
 
 @dataclass(frozen=True)
 class AllocatorChoice:
-    """``name``: tcmalloc, jemalloc, system, preloaded (by the caller) or a path's file name; ``path``: the
+    """``name``: a key of :data:`LIBRARIES`, system, preloaded (by the caller) or a path's file name; ``path``: the
     library to preload, None when nothing is preloaded here; ``none_installed``: auto found no library."""
 
     name: str
