@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 
 from asr.decode import decode_batch
@@ -225,6 +227,19 @@ class AsrLightningModule(pl.LightningModule):
         if self.global_step < self.finetune.freeze_encoder_steps:
             for p in self.model.encoder.parameters():
                 p.grad = None
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and optimizer_takes_found_inf(optimizer) and getattr(plugin, "scaler", "") is None:
+            # Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales inside its own
+            # step (a fused kernel), which matters only beside a gradient scaler. bf16 autocast has none, so
+            # the gradients are the true ones and are clipped as every other precision clips them.
+            # None when the trainer leaves the algorithm at its default, the norm
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _parameter_groups(self) -> list[dict] | Any:
         """All parameters, or with ``finetune.encoder_lr`` two groups: the encoder's at its own peak lr."""

@@ -70,3 +70,46 @@ def test_the_lightning_module_guards_a_fused_optimizer():
                                 streaming=StreamingConfig(max_chunk=4, val_chunk_size=2))
     optimizer = module.configure_optimizers()["optimizer"]
     assert optimizer.defaults["fused"] and len(optimizer._optimizer_step_pre_hooks) == 1
+
+
+
+class _NormRecordingAdamW(torch.optim.AdamW):
+    """AdamW that records the gradients' total norm as its step meets them (after the trainer's clipping)."""
+
+    norms: list[float] = []
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+        super().step()
+        return loss
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bf16_mixed_clips_for_fused_and_for_loop_adamw(tmp_path, fused):
+    """Lightning's mixed-precision plugin refuses to clip for a fused optimizer; under bf16 (no gradient scaler)
+    the module clips it as any other: every step meets a gradient norm at most the clip value."""
+    import lightning.pytorch as pl
+
+    from helpers import random_batches
+
+    clip = 1e-3
+    torch.manual_seed(0)
+    _NormRecordingAdamW.norms = []
+    optimizer = functools.partial(_NormRecordingAdamW, fused=fused, **KWARGS)
+    module = AsrLightningModule(model=tiny_model(), optimizer=optimizer,
+                                tokenizer=LetterTokenizer(), scheduler=SchedulerConfig(warmup_steps=2),
+                                streaming=StreamingConfig(max_chunk=4, val_chunk_size=0))
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=3, precision="bf16-mixed", gradient_clip_val=clip,
+                         enable_checkpointing=False, enable_model_summary=False, logger=False,
+                         enable_progress_bar=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+                         limit_val_batches=0)
+    loader = torch.utils.data.DataLoader(random_batches(3), batch_size=None, shuffle=False)
+    trainer.fit(module, train_dataloaders=loader)
+    assert trainer.global_step == 3 and module.skip_on_device == fused
+    norms = _NormRecordingAdamW.norms
+    assert len(norms) == 3 and max(norms) <= clip * (1 + 1e-4), norms
