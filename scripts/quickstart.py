@@ -18,8 +18,8 @@ Steps (each one reuses what earlier runs left):
     sherpa-onnx's features, so the model deploys there; asr.train.run.ensure_run_cmvn builds the
     training's feature store first and reads the stats from it);
  2. train the profile's recipe (asr.quickstart.recipe_for: experiment=quickstart_rooms, a clean epoch
-    and then the clean copies beside half of the room copies, noise from the corpus's noise bank under a
-    quarter of those, for the default profile;
+    and then the clean copies beside half of the room copies, noise from the corpus's noise bank 5-30 dB
+    under half of those, for the default profile;
     experiment=quickstart for a profile without clean copies) with scripts/train.py: 8360 steps, in bf16
     autocast where a probe finds it faster on this host (asr.train.precision) and on tcmalloc, else the
     tbb wheel's allocator (asr.train.allocator), about 27 min on 2 idle cores with AVX512-BF16 (30 on
