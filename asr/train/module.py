@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import nn
 
@@ -231,7 +231,8 @@ class AsrLightningModule(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val=None,
                                     gradient_clip_algorithm=None) -> None:
         plugin = self.trainer.precision_plugin
-        if gradient_clip_val and optimizer_takes_found_inf(optimizer) and getattr(plugin, "scaler", "") is None:
+        if (gradient_clip_val and optimizer_takes_found_inf(optimizer)
+                and isinstance(plugin, MixedPrecision) and plugin.scaler is None):
             # Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales inside its own
             # step (a fused kernel), which matters only beside a gradient scaler. bf16 autocast has none, so
             # the gradients are the true ones and are clipped as every other precision clips them.
