@@ -70,9 +70,10 @@ class Conv2dSubsampling(nn.Module):
         width = d_model if channels is None else channels
         if width < 1:
             raise ValueError(f"subsampling channels ({channels}) must be >= 1.")
-        freq = input_dim
+        freq, widths = input_dim, []
         for kernel, stride in layout:
             freq = (freq - kernel) // stride + 1
+            widths.append(freq)
         if freq < 1:
             raise ValueError(f"input_dim ({input_dim}) is too small for subsampling {rate}: no frequency bins left.")
         layers: list[nn.Module] = []
@@ -87,6 +88,10 @@ class Conv2dSubsampling(nn.Module):
         self.conv.to(memory_format=torch.channels_last)
         self.out = nn.Linear(width * freq, d_model)
         self.rate = rate
+        # oneDNN's bfloat16 convolution (torch 2.11) returns garbage, NaN or 1e19, for a strided layer whose output is
+        # one frequency bin wide on some CPUs (an Intel Xeon with AMX; an AMD EPYC reads it right), so a front end
+        # that narrow runs its convolutions in float32 under autocast. Real front ends (80 bins -> 19) never are.
+        self.float32_under_autocast = 1 in widths
         # Input frames needed for the first output; each further output needs `rate` more.
         self.window = receptive_window(rate)
         # Frames of lookahead past the first input frame of an output.
@@ -108,7 +113,11 @@ class Conv2dSubsampling(nn.Module):
             raise ValueError(
                 f"input has {x.size(1)} frames; subsampling {self.rate} needs at least {self.window}."
             )
-        y = self.conv(x.unsqueeze(1))  # (B, Ch, T', F'), channels-last: (B, T', F', Ch) in memory
+        if self.float32_under_autocast and torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                y = self.conv(x.float().unsqueeze(1))
+        else:
+            y = self.conv(x.unsqueeze(1))  # (B, Ch, T', F'), channels-last: (B, T', F', Ch) in memory
         b, ch, t, f = y.shape
         # Flattened in its memory order (T', F', Ch): a view instead of a copy, and the gradient
         # reaches the last ReLU in the convolution's own layout (a mixed-layout threshold_backward

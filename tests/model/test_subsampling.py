@@ -1,5 +1,7 @@
 """Conv2d subsampling: the pure length rule, the receptive window, and slice-exactness for streaming."""
 
+import copy
+
 import pytest
 import torch
 
@@ -106,3 +108,18 @@ def test_fast_front_end_equals_the_wenet_layout_reference_with_gradients(rate, c
     ref_grads = torch.autograd.grad(ref.square().sum(), list(sub.parameters()))
     for (name, _), got, want in zip(sub.named_parameters(), grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # want: float64 math, fp32 leaf
+
+
+@pytest.mark.parametrize("input_dim, narrow", [(8, True), (80, False)])
+def test_a_front_end_one_bin_wide_reads_like_float64_under_bf16_autocast(input_dim, narrow):
+    """oneDNN's bf16 strided convolution with a one-bin-wide output returns garbage on some CPUs: such a front end
+    runs its convolutions in float32, and under autocast its output stays within bf16's rounding of float64."""
+    torch.manual_seed(0)
+    sub = Conv2dSubsampling(input_dim, 16, 4, channels=16)
+    assert sub.float32_under_autocast is narrow
+    x = torch.randn(4, 60, input_dim)
+    reference = copy.deepcopy(sub).double()(x.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = sub(x)
+    assert torch.isfinite(y).all()
+    assert float((y.double() - reference).abs().max()) < 0.05 * float(reference.abs().max())
