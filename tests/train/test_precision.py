@@ -1,6 +1,7 @@
 """trainer.precision=auto: the probe, the choice, its file, and bf16 autocast's loss against float64."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -80,6 +81,26 @@ def test_the_probe_leaves_the_model_and_the_global_rng_as_they_were():
     assert torch.equal(torch.get_rng_state(), state)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+class SleepsInFloat32(torch.nn.Module):
+    """A model whose float32 pass waits 50 ms without computing: what another program on the cores does to the
+    wall clock of the pass it interrupts."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, feats, feat_lens, tokens, token_lens):
+        if not torch.is_autocast_enabled("cpu"):
+            time.sleep(0.05)
+        return {"loss": (self.weight * feats.float().mean()).sum()}
+
+
+def test_the_cpu_probe_counts_the_process_cpu_time_not_the_wall_clock():
+    batch = probe_batch(feat_dim=8, vocab_size=VOCAB, max_duration_s=2.0, utterance_s=0.5)
+    fp32_s, bf16_s = time_steps(SleepsInFloat32(), batch, repeats=2)
+    assert fp32_s < 0.025 and bf16_s < 0.025  # the 50 ms waits are not the model's
 
 
 def test_bf16_autocast_loss_and_gradients_agree_with_float64():
