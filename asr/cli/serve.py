@@ -138,7 +138,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint-search-ahead", type=float, default=endpoint.search_ahead_s, metavar="S",
                         help=f"the search judges a frame by the loudest audio up to this far ahead of it in its chunk "
                              f"too, so a word emitted before its audio is not blanked (default "
-                             f"{endpoint.search_ahead_s:g}, a VAD pre-roll; a chunk's length or more: its whole rest)")
+                             f"{endpoint.search_ahead_s:g}, a chunk of 16; a chunk's length or more: its whole rest)")
     parser.add_argument("--endpoint-search-speaker", choices=("window", "frame"),
                         default="window" if endpoint.search_speaker_window else "frame",
                         help="the speaker's level the search weighs that heard audio against: the loudest audio "

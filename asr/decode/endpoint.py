@@ -167,8 +167,11 @@ class EndpointConfig:
     # docstring; 0: each frame by itself). About a syllable: a consonant next to its vowel is in the window.
     speaker_window_s: float = 0.28
     # The search judges a frame by the loudest audio this far ahead of it in its chunk too (None: the chunk's
-    # rest): as long as a VAD segment's pre-roll (0.3 s), so a word emitted on the pre-roll before its audio stays.
-    search_ahead_s: float | None = 0.32
+    # rest), so a word emitted before its audio stays: a chunk of 16 frames. At a VAD pre-roll's 0.32 s the
+    # default model (peak rate 2e-3) lost sentences' first sounds under babble ("ank you very much"); the rest
+    # of the chunk keeps them, and a syllable of talk lifts no more frames than the chunk's attention already
+    # lets it reach (data/results/robust.md).
+    search_ahead_s: float | None = 0.64
     # The search judges against the speaker's level taken over the same window as the level it hears (the loudest
     # audio around each emitted frame; off: each emitted frame's own level, as the endpoint rule does).
     search_speaker_window: bool = True
