@@ -225,7 +225,8 @@ class EndpointConfig:
         if not 0 <= self.louder_talker_floor_margin_db < math.inf:
             raise ValueError(f"louder_talker_floor_margin_db ({self.louder_talker_floor_margin_db}) must be a finite "
                              f"number >= 0.")
-        if (self.absence_s is not None and not 0 < self.absence_s < math.inf) or not 0 <= self.absence_window_s < math.inf:
+        absence_ok = self.absence_s is None or 0 < self.absence_s < math.inf
+        if not absence_ok or not 0 <= self.absence_window_s < math.inf:
             raise ValueError(f"absence_s ({self.absence_s}) must be a finite number of seconds > 0 or None and "
                              f"absence_window_s ({self.absence_window_s}) one >= 0.")
         if self.reset not in ENDPOINT_RESETS:

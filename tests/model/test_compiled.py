@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from asr.model import POSITION_SCHEMES, build_encoder
+from asr.data.batch import Batch
+from asr.data.buckets import pad_to_buckets
 from asr.model.asr_model import AsrModel
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 
@@ -236,3 +238,19 @@ def test_blocks_get_a_dense_mask_below_the_blocked_size_and_the_chunk_mask_above
             blocked_out, _ = encoder(feats, lens, 4, 1)
     assert isinstance(seen[0], torch.Tensor) and seen[0].shape == (2, 14, 14) and isinstance(seen[1], ChunkMask)
     torch.testing.assert_close(blocked_out, dense_out, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size", [0, 4])
+def test_bucket_padding_leaves_the_loss_as_it_was(chunk_size):
+    """Frames padded with zeros to a bucket and tokens with -1 to a multiple (asr.data.buckets, fewer shapes for a
+    compiled step or oneDNN's per-shape kernels): every mask ignores the padding, so the loss is the same in float64."""
+    torch.manual_seed(0)
+    model = tiny_model("rel_xl").double().eval()
+    feats, feat_lens, tokens, token_lens = batch(3, 37, seed=5)
+    padded = Batch(feats, feat_lens, tokens, token_lens, ["a", "b", "c"], ["", "", ""])
+    padded = pad_to_buckets(padded, (48, 64), token_multiple=8)
+    assert padded.feats.shape[1] == 48 and padded.tokens.shape[1] == 8
+    plain = model(feats.double(), feat_lens, tokens, token_lens, chunk_size=chunk_size, left_chunks=2)
+    bucketed = model(padded.feats.double(), feat_lens, padded.tokens, token_lens, chunk_size=chunk_size, left_chunks=2)
+    for key in ("loss_ctc", "loss_att", "loss"):
+        torch.testing.assert_close(bucketed[key], plain[key], rtol=1e-9, atol=1e-9)
