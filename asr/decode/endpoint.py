@@ -44,8 +44,9 @@ The search is told a frame is background only when the audio ahead of it in its 
 ``search_ahead_s`` (:func:`~asr.decode.levels.loudest_ahead`): a frame's output is computed from every frame of
 its chunk (chunk attention), so the recognizer emits a word on frames before the word's own audio,
 most of all on the first frames of a VAD segment, whose pre-roll is the silence before the onset.
-Judged by its own audio, such a frame would make the sentence's first word a blank. Looking no further than the
-pre-roll's length keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint
+Judged by its own audio, such a frame would make the sentence's first word a blank. How far it looks is a trade:
+the default, a whole chunk of 16, keeps first sounds the recognizer emits up to a chunk before their audio; a
+shorter look keeps one loud syllable of talk from lifting the frames of a whole chunk before it. The endpoint
 rule keeps the window alone: counting those frames as speech would shorten the pause it measures.
 
 The search weighs that heard level, a loudest over a window, against a speaker's level on the same terms

@@ -16,9 +16,9 @@ import copy
 import pytest
 import torch
 
-from asr.model import POSITION_SCHEMES, build_encoder
 from asr.data.batch import Batch
 from asr.data.buckets import pad_to_buckets
+from asr.model import POSITION_SCHEMES, build_encoder
 from asr.model.asr_model import AsrModel
 from asr.train.compile import CompileConfig, compile_model, compiled_graph_count
 
